@@ -1,0 +1,1 @@
+"""Subcommands of the ``nnmeter`` console script, one module each (see nnmeter.cli)."""
