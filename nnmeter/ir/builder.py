@@ -71,7 +71,13 @@ class GraphBuilder:
         node_name = self._name(op, name)
         node = self.graph.add_node(node_name, op, attrs, inputs)
         ins = tuple(self.graph.shape_of(r) for r in node.inputs)
-        outs = infer_node(node, ins)
+        try:
+            outs = infer_node(node, ins)
+        except Exception:
+            # Leave the graph as it was, so that a caught error does not leave a node
+            # without shapes behind.
+            self.graph.remove(node_name)
+            raise
         self.graph.replace(node_name, input_shapes=ins, output_shapes=tuple(map(tuple, outs)))
         if len(outs) > 1:
             return [Ref(node_name, i) for i in range(len(outs))]

@@ -9,7 +9,8 @@ Conventions (defined here once, used everywhere)
   other op one FLOP per output element per arithmetic step: bn 2 (scale, shift),
   relu/relu6/clip 1, sigmoid/tanh 4, swish 5, hsigmoid 3, hswish 4, gelu 8,
   add/sub/mul/div 1, avgpool and gap one per input element read plus one per output,
-  maxpool one per window element, softmax 5 per element, layernorm 8 per element.
+  maxpool one per window element, softmax 5 per element, layernorm 8 per element,
+  lrn 2·size + 3 per element (sum of squares over the window, then scale and power).
   Data movement ops (reshape, flatten, transpose, concat, split, channelshuffle, pad,
   identity, input) cost 0 FLOPs. ``unknown`` ops are counted as 0 and flagged.
 - **params** are trainable parameters: conv/fc weights and biases, bn scale and
@@ -142,6 +143,8 @@ def node_cost(node: Node, dtype: str = "float32") -> NodeCost:
         flops = 2 * macs
     elif op in _FLOPS_PER_ELEMENT:
         flops = _FLOPS_PER_ELEMENT[op] * out_el
+    elif op == "lrn":
+        flops = (2 * node.attrs.size + 3) * out_el
     elif op == "maxpool":
         flops = out_el * node.attrs.kernel[0] * node.attrs.kernel[1]
     elif op == "avgpool":

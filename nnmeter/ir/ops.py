@@ -44,6 +44,7 @@ __all__ = [
     "SoftmaxAttrs",
     "LayerNormAttrs",
     "ReduceAttrs",
+    "LRNAttrs",
     "UnknownAttrs",
     "attrs_class",
     "attrs_to_dict",
@@ -208,6 +209,17 @@ class ReduceAttrs:
 
 
 @dataclass(frozen=True)
+class LRNAttrs:
+    """lrn: local response normalisation across ``size`` neighbouring channels
+    (AlexNet, GoogLeNet): y = x / (bias + alpha / size * sum(x^2)) ** beta."""
+
+    size: int = 5
+    alpha: float = 1e-4
+    beta: float = 0.75
+    bias: float = 1.0
+
+
+@dataclass(frozen=True)
 class UnknownAttrs:
     """An op outside the vocabulary. ``original_type`` is the source op type
     (for example ``"onnx:NonMaxSuppression"``); ``fields`` keeps its JSON-able attributes.
@@ -247,6 +259,7 @@ ATTRS_BY_OP: dict[str, type] = {
     "softmax": SoftmaxAttrs,
     "layernorm": LayerNormAttrs,
     "reducemean": ReduceAttrs,
+    "lrn": LRNAttrs,
     "identity": NoAttrs,
     "unknown": UnknownAttrs,
 }

@@ -262,6 +262,7 @@ _RULES: dict[str, Callable[[Node, Sequence[Shape]], list[Shape]]] = {
     "clip": _same,
     "softmax": _same,
     "layernorm": _same,
+    "lrn": _same,
     "identity": _same,
     **{a: _same for a in ACTIVATIONS},
     **{e: _eltwise for e in ELEMENTWISE_BINARY},

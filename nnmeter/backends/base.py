@@ -1,0 +1,364 @@
+"""Records and base classes shared by every backend.
+
+A :class:`Backend` names one runtime with its settings. It compiles a model file
+once (:meth:`Backend.prepare`) into a :class:`Prepared` that can be run and timed
+many times. Timing itself happens only inside a worker process (see
+:mod:`nnmeter.backends.protocol`); the records here are plain, serialisable data so
+that a job can travel to another process or machine and come back.
+
+Examples
+--------
+>>> d = DeviceInfo(cpu_model="x", cores=2, runtime="onnxruntime", runtime_version="1",
+...                settings={"threads": 1})
+>>> d.fingerprint_id == DeviceInfo.from_dict(d.as_dict()).fingerprint_id
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import BackendError
+
+__all__ = [
+    "Backend",
+    "Prepared",
+    "Measurement",
+    "DeviceInfo",
+    "ExecutedNode",
+    "InputSpec",
+    "local_cpu_model",
+    "parse_backend_id",
+]
+
+
+def local_cpu_model() -> str:
+    """The CPU model name of this machine (``/proc/cpuinfo``), or the platform's guess."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def parse_backend_id(backend_id: str) -> tuple[str, int]:
+    """Split ``"ort-cpu-t4"`` into ``("ort-cpu", 4)``; no suffix means 1 thread.
+
+    Examples
+    --------
+    >>> parse_backend_id("ort-cpu-t4")
+    ('ort-cpu', 4)
+    >>> parse_backend_id("litert-cpu-ref")
+    ('litert-cpu-ref', 1)
+    """
+    base, sep, tail = backend_id.rpartition("-t")
+    if sep and tail.isdigit() and base and int(tail) > 0:
+        return base, int(tail)
+    return backend_id, 1
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Fingerprint of the device, runtime and settings a measurement was made with.
+
+    Two measurements may be compared or mixed in one dataset only when their
+    ``fingerprint_id`` agrees.
+    """
+
+    cpu_model: str
+    cores: int
+    runtime: str
+    runtime_version: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    arch: str = ""
+
+    __hash__ = None  # settings is a dict; compare with == or by fingerprint_id
+
+    @property
+    def fingerprint_id(self) -> str:
+        """A stable 12-hex-digit hash of every field."""
+        blob = json.dumps(self.as_dict(with_id=False), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def as_dict(self, *, with_id: bool = True) -> dict[str, Any]:
+        d = {"cpu_model": self.cpu_model, "cores": self.cores, "runtime": self.runtime,
+             "runtime_version": self.runtime_version, "settings": dict(self.settings),
+             "arch": self.arch}
+        if with_id:
+            d["fingerprint_id"] = self.fingerprint_id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DeviceInfo:
+        return cls(cpu_model=str(d["cpu_model"]), cores=int(d["cores"]),
+                   runtime=str(d["runtime"]), runtime_version=str(d["runtime_version"]),
+                   settings=dict(d.get("settings") or {}), arch=str(d.get("arch", "")))
+
+
+def _num(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _json_num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outcome of measuring one model on one backend.
+
+    All times are milliseconds per inference. ``latency_ms`` is the protocol's
+    reported statistic (see ``docs/measurement.md``); ``spread`` is relative (0.03 =
+    3 %). A failed measurement has ``ok=False``, NaN times and ``error`` saying why;
+    ``extra["error_kind"]`` is one of ``compile``, ``run``, ``crash``, ``timeout``.
+    """
+
+    latency_ms: float
+    median_ms: float
+    min_ms: float
+    std_ms: float
+    spread: float
+    rounds: int
+    runs: int
+    device: DeviceInfo | None
+    ok: bool = True
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    backend_id: str = ""
+    model: str = ""
+
+    __hash__ = None
+
+    @classmethod
+    def failed(cls, error: str, *, kind: str, backend_id: str = "", model: str = "",
+               device: DeviceInfo | None = None, **extra: Any) -> Measurement:
+        """A failed measurement carrying ``error`` and ``extra["error_kind"] = kind``."""
+        return cls(latency_ms=math.nan, median_ms=math.nan, min_ms=math.nan,
+                   std_ms=math.nan, spread=math.nan, rounds=0, runs=0, device=device,
+                   ok=False, error=error, extra={"error_kind": kind, **extra},
+                   backend_id=backend_id, model=model)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (NaN becomes None)."""
+        return {
+            "latency_ms": _json_num(self.latency_ms), "median_ms": _json_num(self.median_ms),
+            "min_ms": _json_num(self.min_ms), "std_ms": _json_num(self.std_ms),
+            "spread": _json_num(self.spread), "rounds": self.rounds, "runs": self.runs,
+            "device": self.device.as_dict() if self.device else None, "ok": self.ok,
+            "error": self.error, "extra": dict(self.extra), "backend_id": self.backend_id,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
+        dev = d.get("device")
+        return cls(latency_ms=_num(d.get("latency_ms")), median_ms=_num(d.get("median_ms")),
+                   min_ms=_num(d.get("min_ms")), std_ms=_num(d.get("std_ms")),
+                   spread=_num(d.get("spread")), rounds=int(d.get("rounds", 0)),
+                   runs=int(d.get("runs", 0)),
+                   device=DeviceInfo.from_dict(dev) if dev else None,
+                   ok=bool(d.get("ok", True)), error=d.get("error"),
+                   extra=dict(d.get("extra") or {}), backend_id=str(d.get("backend_id", "")),
+                   model=str(d.get("model", "")))
+
+
+@dataclass(frozen=True)
+class ExecutedNode:
+    """One node a runtime really executed, after its own graph rewriting and fusion.
+
+    ``covers`` names the nodes of the original (ONNX) model that this node computes;
+    it is empty for nodes the runtime added on its own (layout reorders, copies).
+    ``time_ms`` is the node's time per inference when the runtime reports it.
+    """
+
+    name: str
+    op_type: str
+    covers: tuple[str, ...]
+    time_ms: float | None = None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op_type": self.op_type, "covers": list(self.covers),
+                "time_ms": self.time_ms, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ExecutedNode:
+        t = d.get("time_ms")
+        return cls(name=str(d["name"]), op_type=str(d["op_type"]),
+                   covers=tuple(d.get("covers") or ()), time_ms=None if t is None else float(t),
+                   detail=str(d.get("detail", "")))
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Name, static shape and numpy dtype of one model input."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class Prepared:
+    """A compiled model, ready to run many times (the ``prepare``/``run`` split).
+
+    Subclasses implement :meth:`run` (inputs by name → list of outputs) and
+    :meth:`_invoke`, the bare inference on inputs already bound by :meth:`bind`.
+    """
+
+    #: the model's inputs, filled by the subclass
+    inputs: tuple[InputSpec, ...] = ()
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic random inputs that fit :attr:`inputs`."""
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            dt = np.dtype(spec.dtype)
+            if dt.kind == "f":
+                out[spec.name] = rng.standard_normal(spec.shape).astype(dt)
+            elif dt.kind in "iu":
+                out[spec.name] = rng.integers(0, 2, size=spec.shape).astype(dt)
+            elif dt.kind == "b":
+                out[spec.name] = rng.integers(0, 2, size=spec.shape).astype(bool)
+            else:
+                out[spec.name] = np.zeros(spec.shape, dtype=dt)
+        return out
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Run one inference and return the outputs in the model's order."""
+        raise NotImplementedError
+
+    def bind(self, inputs: Mapping[str, np.ndarray] | None = None) -> None:
+        """Bind ``inputs`` (default: random ones) for :meth:`time_once`."""
+        self._bound = dict(inputs) if inputs is not None else self.random_inputs()
+
+    def _invoke(self) -> None:
+        self.run(self._bound)
+
+    def time_once(self) -> float:
+        """Run the bound inputs once and return the wall time in milliseconds.
+
+        Call this only inside a measurement worker: the parent process never times.
+        """
+        import time
+
+        if not hasattr(self, "_bound"):
+            self.bind()
+        t0 = time.perf_counter_ns()
+        self._invoke()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    def close(self) -> None:
+        """Free the runtime's resources (optional)."""
+
+
+class Backend:
+    """One runtime on one device with its settings.
+
+    Subclasses set :attr:`base_id`, :attr:`runtime`, :attr:`model_format` and
+    implement :meth:`runtime_version`, :meth:`_prepare` and optionally
+    :meth:`profile`. Constructing a backend is cheap and imports nothing heavy.
+
+    Parameters
+    ----------
+    threads : int
+        Intra-op threads the runtime may use (part of the backend id: ``-t4``).
+    """
+
+    base_id: str = ""
+    runtime: str = ""
+    model_format: str = "onnx"
+    #: python module whose import tells whether the runtime is installed
+    runtime_module: str = ""
+
+    def __init__(self, *, threads: int = 1) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = threads
+
+    @property
+    def id(self) -> str:
+        return self.base_id if self.threads == 1 else f"{self.base_id}-t{self.threads}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r})"
+
+    # -- availability ---------------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """Whether the runtime can be imported here, and if not, why."""
+        import importlib
+
+        try:
+            importlib.import_module(self.runtime_module)
+        except Exception as err:  # any import failure means unavailable
+            return False, f"cannot import {self.runtime_module}: {type(err).__name__}: {err}"
+        return True, ""
+
+    def runtime_version(self) -> str:
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, Any]:
+        """The settings that change timing; part of the fingerprint."""
+        return {"threads": self.threads}
+
+    def device_info(self) -> DeviceInfo:
+        """This machine's fingerprint for this backend (imports the runtime)."""
+        return DeviceInfo(cpu_model=local_cpu_model(), cores=os.cpu_count() or 0,
+                          runtime=self.runtime, runtime_version=self.runtime_version(),
+                          settings=self.settings(), arch=platform.machine())
+
+    # -- compile / run ----------------------------------------------------------------
+    def check_model_file(self, model_file: str | os.PathLike) -> Path:
+        path = Path(model_file)
+        if not path.exists():
+            raise BackendError(f"{self.id}: model file {str(path)!r} does not exist")
+        if path.suffix.lower() != f".{self.model_format}":
+            raise BackendError(
+                f"{self.id} takes .{self.model_format} models, got {path.name!r}; export the "
+                f"model with nnmeter.exporters.export(graph, path, {self.model_format!r})")
+        return path
+
+    def prepare(self, model_file: str | os.PathLike) -> Prepared:
+        """Compile ``model_file`` once for many runs.
+
+        Raises
+        ------
+        BackendError
+            If the file is missing, of the wrong format, or the runtime cannot compile
+            it; the message carries the runtime's own words.
+        """
+        path = self.check_model_file(model_file)
+        try:
+            return self._prepare(path)
+        except BackendError:
+            raise
+        except Exception as err:  # the runtime's own exception types vary
+            raise BackendError(
+                f"{self.id} could not compile {path.name}: {type(err).__name__}: "
+                f"{str(err).strip()[:2000]}") from err
+
+    def _prepare(self, path: Path) -> Prepared:
+        raise NotImplementedError
+
+    def profile(self, model_file: str | os.PathLike, *, runs: int = 10) -> list[ExecutedNode]:
+        """The nodes the runtime really executes, with what they cover and their times.
+
+        Raises
+        ------
+        NotImplementedError
+            If this runtime cannot tell (the subclass says why).
+        """
+        raise NotImplementedError(f"{self.id} cannot report its executed graph")

@@ -1,0 +1,245 @@
+"""Alibaba MNN on the CPU (``mnn-cpu``): ONNX converted in-process to ``.mnn``.
+
+Conversion calls the converter's C++ entry point (``_tools.mnnconvert``) directly.
+We never import ``MNN.tools`` nor run the ``mnnconvert``/``mnnquant`` console
+scripts: their Python wrappers pip-install a logging SDK and send usage logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.backends._covers import OnnxIndex, assign_covers
+from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared
+from nnmeter.errors import BackendError
+
+__all__ = ["MnnCpuBackend", "MnnPrepared", "convert_onnx_to_mnn"]
+
+logger = logging.getLogger(__name__)
+
+_RASTER = re.compile(r"^(.*)_raster_\d+$")
+
+
+@contextlib.contextmanager
+def _captured_fds() -> Iterator[list[str]]:
+    """Capture what C code writes to fds 1 and 2; the text lands in the yielded list."""
+    sink: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield sink
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            tmp.seek(0)
+            sink.append(tmp.read().decode("utf-8", "replace"))
+
+
+def _mnn_tools() -> Any:
+    import _tools  # MNN's converter extension; NOT MNN.tools (which phones home)
+
+    return _tools
+
+
+def convert_onnx_to_mnn(onnx_file: str | Path, mnn_file: str | Path, *,
+                        json_file: str | Path | None = None) -> Path:
+    """Convert an ONNX model to MNN in-process; optionally dump the MNN graph as JSON.
+
+    Raises
+    ------
+    BackendError
+        If the converter fails; the message carries the converter's output.
+    """
+    tools = _mnn_tools()
+    mnn_file = Path(mnn_file)
+    with _captured_fds() as log:
+        tools.mnnconvert(["mnnconvert", "-f", "ONNX", "--modelFile", str(onnx_file),
+                          "--MNNModel", str(mnn_file), "--bizCode", "nnmeter"])
+    if not mnn_file.exists() or mnn_file.stat().st_size == 0:
+        msg = " ".join(line.strip() for line in "".join(log).splitlines()
+                       if "ERROR" in line or "failed" in line.lower())
+        raise BackendError(f"MNN could not convert {Path(onnx_file).name}: "
+                           f"{msg or ''.join(log).strip()[-500:]}")
+    if json_file is not None:
+        with _captured_fds():
+            tools.mnnconvert(["mnnconvert", "-f", "MNN", "--modelFile", str(mnn_file),
+                              "--JsonFile", str(json_file)])
+    return mnn_file
+
+
+class MnnPrepared(Prepared):
+    def __init__(self, interpreter: Any, session: Any, workdir: str) -> None:
+        import MNN
+
+        self._mnn = MNN
+        self.interpreter = interpreter
+        self.session = session
+        self._workdir = workdir
+        self._in = interpreter.getSessionInputAll(session)
+        self.inputs = tuple(InputSpec(name, tuple(int(d) for d in t.getShape()), "float32")
+                            for name, t in self._in.items())
+
+    def _feed(self, inputs: Mapping[str, np.ndarray]) -> None:
+        MNN = self._mnn
+        for name, t in self._in.items():
+            a = np.ascontiguousarray(inputs[name], dtype=np.float32)
+            t.copyFrom(MNN.Tensor(a.shape, MNN.Halide_Type_Float, a,
+                                  MNN.Tensor_DimensionType_Caffe))
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        MNN = self._mnn
+        self._feed(inputs)
+        self.interpreter.runSession(self.session)
+        outs = []
+        for t in self.interpreter.getSessionOutputAll(self.session).values():
+            host = MNN.Tensor(t.getShape(), MNN.Halide_Type_Float,
+                              np.zeros(t.getShape(), np.float32), MNN.Tensor_DimensionType_Caffe)
+            t.copyToHostTensor(host)
+            outs.append(np.array(host.getNumpyData()))
+        return outs
+
+    def bind(self, inputs: Mapping[str, np.ndarray] | None = None) -> None:
+        super().bind(inputs)
+        self._feed(self._bound)
+
+    def _invoke(self) -> None:
+        self.interpreter.runSession(self.session)
+
+    def close(self) -> None:
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+class MnnCpuBackend(Backend):
+    """MNN's CPU backend through the session API, ``numThread`` = threads,
+    precision ``high`` (fp32)."""
+
+    base_id = "mnn-cpu"
+    runtime = "mnn"
+    model_format = "onnx"
+    runtime_module = "MNN"
+
+    def runtime_version(self) -> str:
+        import MNN
+
+        return str(MNN.version())
+
+    def settings(self) -> dict[str, Any]:
+        return {"threads": self.threads, "precision": "high", "forward": "CPU"}
+
+    def _convert(self, path: Path, *, with_json: bool = False) -> tuple[str, Path, Path | None]:
+        workdir = tempfile.mkdtemp(prefix="nnmeter-mnn-")
+        mnn_file = Path(workdir) / (path.stem + ".mnn")
+        json_file = Path(workdir) / (path.stem + ".json") if with_json else None
+        try:
+            convert_onnx_to_mnn(path, mnn_file, json_file=json_file)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return workdir, mnn_file, json_file
+
+    def _open(self, path: Path, *, with_json: bool = False) -> tuple[MnnPrepared, Path | None]:
+        import MNN
+
+        workdir, mnn_file, json_file = self._convert(path, with_json=with_json)
+        try:
+            with _captured_fds() as log:
+                interp = MNN.Interpreter(str(mnn_file))
+                session = interp.createSession({"numThread": self.threads, "backend": "CPU",
+                                                "precision": "high"})
+            if session is None:
+                raise BackendError(f"MNN could not create a session: {''.join(log)[-500:]}")
+            return MnnPrepared(interp, session, workdir), json_file
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+
+    def _prepare(self, path: Path) -> Prepared:
+        return self._open(path)[0]
+
+    def profile(self, model_file: Any, *, runs: int = 10) -> list[ExecutedNode]:
+        """Executed ops from MNN's per-op callbacks, timed around each op."""
+        path = self.check_model_file(model_file)
+        try:
+            prepared, json_file = self._open(path, with_json=True)
+        except BackendError:
+            raise
+        except Exception as err:
+            raise BackendError(f"{self.id} could not compile {path.name}: {err}") from err
+        try:
+            graph = json.loads(Path(json_file).read_text()) if json_file else {}
+            prepared.bind()
+            prepared._invoke()
+            order: list[tuple[str, str]] = []
+            times: dict[str, list[float]] = defaultdict(list)
+            for r in range(max(1, runs)):
+                starts: dict[str, int] = {}
+
+                def before(_tensors: Any, info: Any, _s: dict = starts) -> bool:
+                    _s[info.getName()] = time.perf_counter_ns()
+                    return True
+
+                def after(_tensors: Any, info: Any, _s: dict = starts, _r: int = r) -> bool:
+                    name = info.getName()
+                    times[name].append((time.perf_counter_ns() - _s.get(name, 0)) / 1e6)
+                    if _r == 0:
+                        order.append((name, info.getType()))
+                    return True
+
+                prepared.interpreter.runSessionWithCallBackInfo(prepared.session, before, after)
+        finally:
+            prepared.close()
+
+        tensor_names = graph.get("tensorName", [])
+        mnn_ops = {op.get("name"): op for op in graph.get("oplists", [])}
+        executed_plain = {n for n, t in order if t != "Raster"}
+        index = OnnxIndex(path)
+
+        def op_anchors(op: Mapping[str, Any]) -> set[str]:
+            a = set()
+            for i in op.get("outputIndexes") or []:
+                if 0 <= i < len(tensor_names):
+                    r = index.resolve_tensor(tensor_names[i])
+                    if r:
+                        a.add(r)
+            return a or index.anchors_of_name(str(op.get("name", "")))
+
+        anchors = []
+        for name, op_type in order:
+            op = mnn_ops.get(name)
+            if op is None and op_type == "Raster":
+                m = _RASTER.match(name)
+                base = m.group(1) if m else name
+                base_op = mnn_ops.get(base)
+                # a raster that only moves data in front of an op that runs on its own,
+                # or that converts a layout, computes nothing of the original model
+                if (base_op is None or base in executed_plain
+                        or base_op.get("type") in ("ConvertTensor", "Input")):
+                    anchors.append(set())
+                else:
+                    anchors.append(op_anchors(base_op))
+            elif op is None or op.get("type") in ("ConvertTensor", "Input"):
+                anchors.append(set())
+            else:
+                anchors.append(op_anchors(op))
+        covers = assign_covers(index, anchors)
+        return [ExecutedNode(name=n, op_type=t, covers=c,
+                             time_ms=float(np.median(times[n])) if times.get(n) else None,
+                             detail="python callback timing")
+                for (n, t), c in zip(order, covers)]

@@ -1,0 +1,171 @@
+"""OpenVINO's CPU plugin (``openvino-cpu``): latency hint, one stream, N threads.
+
+Telemetry: the OpenVINO runtime (``openvino.Core``) sends nothing; only the model
+conversion tool ``ovc`` (``openvino.tools.ovc``) uses ``openvino_telemetry``. We read
+ONNX files with ``Core.read_model`` and never import ``ovc``. The worker also sets
+``OPENVINO_TELEMETRY_OPT_OUT=1`` in case a future version honours it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.backends._covers import OnnxIndex, assign_covers
+from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared
+
+__all__ = ["OpenVinoCpuBackend", "OpenVinoPrepared"]
+
+logger = logging.getLogger(__name__)
+
+#: runtime-model layer types that compute nothing of the original model
+_NON_COMPUTE = {"Input", "Output", "Parameter", "Result", "Const", "Constant", "Reorder"}
+
+
+def _core() -> Any:
+    os.environ.setdefault("OPENVINO_TELEMETRY_OPT_OUT", "1")
+    import openvino as ov
+
+    return ov.Core()
+
+
+class OpenVinoPrepared(Prepared):
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
+        specs = []
+        for i, port in enumerate(compiled.inputs):
+            ps = port.get_partial_shape()
+            if ps.is_dynamic:
+                from nnmeter.errors import DynamicShapeError
+
+                raise DynamicShapeError(f"OpenVINO input {i} has dynamic shape {ps}; export "
+                                        "the model with a fixed input shape")
+            names = port.get_names()
+            name = port.get_any_name() if names else f"input_{i}"
+            specs.append(InputSpec(name, tuple(int(d) for d in ps.to_shape()),
+                                   np.dtype(port.get_element_type().to_dtype()).name))
+        self.inputs = tuple(specs)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        feeds = {i: np.asarray(inputs[s.name]) for i, s in enumerate(self.inputs)}
+        res = self.request.infer(feeds)
+        return [np.array(res[o]) for o in self.compiled.outputs]
+
+    def bind(self, inputs: Mapping[str, np.ndarray] | None = None) -> None:
+        super().bind(inputs)
+        for i, s in enumerate(self.inputs):
+            self.request.set_input_tensor(i, _ov_tensor(self._bound[s.name]))
+
+    def _invoke(self) -> None:
+        self.request.infer()
+
+
+def _ov_tensor(a: np.ndarray) -> Any:
+    import openvino as ov
+
+    return ov.Tensor(np.ascontiguousarray(a))
+
+
+class OpenVinoCpuBackend(Backend):
+    """OpenVINO CPU plugin, ``PERFORMANCE_HINT=LATENCY``, ``NUM_STREAMS=1``,
+    ``INFERENCE_NUM_THREADS`` = threads. Inference precision is left at the plugin's
+    default (bf16 on CPUs with AVX512-BF16/AMX, as users get); the resolved value is
+    recorded in the settings."""
+
+    base_id = "openvino-cpu"
+    runtime = "openvino"
+    model_format = "onnx"
+    runtime_module = "openvino"
+
+    def runtime_version(self) -> str:
+        import openvino as ov
+
+        return ov.get_version()
+
+    def _config(self, *, perf_count: bool = False) -> dict[str, str]:
+        cfg = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+               "INFERENCE_NUM_THREADS": str(self.threads)}
+        if perf_count:
+            cfg["PERF_COUNT"] = "YES"
+        return cfg
+
+    def settings(self) -> dict[str, Any]:
+        s: dict[str, Any] = {"threads": self.threads, **self._config()}
+        try:
+            v = _core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+            s["INFERENCE_PRECISION_HINT"] = v.to_string() if hasattr(v, "to_string") else str(v)
+        except Exception as err:  # the property is informative only
+            logger.debug("could not read INFERENCE_PRECISION_HINT: %s", err)
+        return s
+
+    def _compile(self, path: Path, *, perf_count: bool = False) -> Any:
+        core = _core()
+        return core.compile_model(core.read_model(str(path)), "CPU",
+                                  self._config(perf_count=perf_count))
+
+    def _prepare(self, path: Path) -> Prepared:
+        return OpenVinoPrepared(self._compile(path))
+
+    def profile(self, model_file: Any, *, runs: int = 10) -> list[ExecutedNode]:
+        """Runtime-model layers (``originalLayersNames``) with the plugin's perf counters."""
+        path = self.check_model_file(model_file)
+        try:
+            compiled = self._compile(path, perf_count=True)
+            prepared = OpenVinoPrepared(compiled)
+        except Exception as err:
+            from nnmeter.errors import BackendError
+
+            raise BackendError(f"{self.id} could not compile {path.name}: {err}") from err
+        prepared.bind()
+        prepared._invoke()  # warm-up, not counted
+        times: dict[str, list[float]] = defaultdict(list)
+        exec_types: dict[str, str] = {}
+        for _ in range(max(1, runs)):
+            prepared._invoke()
+            for p in prepared.request.profiling_info:
+                if str(p.status).endswith("EXECUTED") and "NOT_RUN" not in str(p.status):
+                    times[p.node_name].append(p.real_time.total_seconds() * 1000.0)
+                    exec_types[p.node_name] = p.exec_type
+
+        index = OnnxIndex(path)
+        ops = [op for op in compiled.get_runtime_model().get_ordered_ops()]
+        rows, anchors = [], []
+        for op in ops:
+            rt = op.get_rt_info()
+            layer_type = str(rt["layerType"].astype(str)) if "layerType" in rt else op.get_type_name()
+            originals = (str(rt["originalLayersNames"].astype(str))
+                         if "originalLayersNames" in rt else "")
+            name = op.get_friendly_name()
+            if layer_type in _NON_COMPUTE:
+                if layer_type == "Reorder":
+                    rows.append((name, layer_type))
+                    anchors.append(set())
+                continue
+            a: set[str] = set()
+            for item in filter(None, originals.split(",")):
+                a |= index.anchors_of_name(item.strip())
+            for out in op.outputs():
+                for t in out.get_names():
+                    r = index.resolve_tensor(t)
+                    if r:
+                        a.add(r)
+            if not a:
+                a = index.anchors_of_name(name)
+            rows.append((name, layer_type))
+            anchors.append(a)
+        covers = assign_covers(index, anchors)
+        out = []
+        for (name, layer_type), cov in zip(rows, covers):
+            t = times.get(name)
+            out.append(ExecutedNode(name=name, op_type=layer_type, covers=cov,
+                                    time_ms=float(np.median(t)) if t else None,
+                                    detail=exec_types.get(name, "")))
+        prepared.close()
+        return out

@@ -1,0 +1,168 @@
+"""The measurement worker: ``python -m nnmeter.backends.worker --backend ID``.
+
+One worker serves one backend. It pins itself to one core where the OS allows,
+imports the runtime once, then answers JSON-lines requests on stdin with JSON-lines
+replies on stdout. Runtimes print on fd 1 from C code, so the worker keeps a private
+duplicate of fd 1 for the protocol and points fd 1 at stderr.
+
+Requests (one JSON object per line)::
+
+    {"id": 1, "cmd": "measure", "job": {...Job.as_dict()...}}
+    {"id": 2, "cmd": "profile", "job": {...}}
+    {"id": 3, "cmd": "ping"}
+    {"id": 4, "cmd": "exit"}
+
+Replies carry the same ``id`` and either ``"ok": true`` with ``measurement`` /
+``nodes`` / ``device``, or ``"ok": false`` with ``error`` and ``error_kind``. The
+first line a worker writes is ``{"ready": true, "device": {...}, "affinity": [...]}``
+(or ``"ready": false`` with ``error``). Test hooks: a request may carry
+``"hook": "exit"`` (the worker dies at once) or ``"hook": "hang"`` (it sleeps forever).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from typing import IO, Any
+
+__all__ = ["main", "serve"]
+
+logger = logging.getLogger("nnmeter.backends.worker")
+
+
+def _pin(core: int | None) -> list[int]:
+    """Pin this process to ``core`` if given and allowed; return the affinity set."""
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    if core is not None and core >= 0:
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError as err:
+            logger.warning("could not pin the worker to core %d: %s", core, err)
+    return sorted(os.sched_getaffinity(0))
+
+
+def _send(out: IO[str], obj: dict[str, Any]) -> None:
+    out.write(json.dumps(obj, default=str) + "\n")
+    out.flush()
+
+
+def _measure(backend: Any, device: Any, job: Any) -> dict[str, Any]:
+    from nnmeter.backends.base import Measurement
+    from nnmeter.backends.protocol import run_protocol
+    from nnmeter.errors import BackendError
+
+    t_job = time.perf_counter()
+    t0 = time.perf_counter()
+    try:
+        prepared = backend.prepare(job.model)
+    except BackendError as err:
+        return {"ok": False, "error": str(err), "error_kind": "compile"}
+    compile_ms = (time.perf_counter() - t0) * 1000
+    try:
+        feeds = prepared.random_inputs(job.protocol.seed)
+        prepared.run(feeds)  # one checked run: a model that cannot run fails here
+        prepared.bind(feeds)
+    except Exception as err:  # the runtime's own exception types vary
+        prepared.close()
+        return {"ok": False, "error": f"{backend.id} could not run {job.model}: "
+                                      f"{type(err).__name__}: {err}", "error_kind": "run"}
+    try:
+        res = run_protocol(prepared, job.protocol)
+    finally:
+        prepared.close()
+    extra = {**res.extra, "stats": res.stats, "round_runs": res.round_runs,
+             "timed_ms": res.timed_ms, "compile_ms": compile_ms,
+             "statistic": job.protocol.statistic,
+             "worker_wall_ms": (time.perf_counter() - t_job) * 1000,
+             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else None}
+    m = Measurement(latency_ms=res.latency_ms, median_ms=res.median_ms, min_ms=res.min_ms,
+                    std_ms=res.std_ms, spread=res.spread, rounds=res.rounds, runs=res.runs,
+                    device=device, ok=True, error=None, extra=extra,
+                    backend_id=backend.id, model=job.model)
+    return {"ok": True, "measurement": m.as_dict()}
+
+
+def _profile(backend: Any, job: Any) -> dict[str, Any]:
+    from nnmeter.errors import BackendError
+
+    try:
+        nodes = backend.profile(job.model, runs=job.profile_runs)
+    except BackendError as err:
+        return {"ok": False, "error": str(err), "error_kind": "compile"}
+    except NotImplementedError as err:
+        return {"ok": False, "error": str(err), "error_kind": "unsupported"}
+    return {"ok": True, "nodes": [n.as_dict() for n in nodes]}
+
+
+def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str]) -> int:
+    """Answer requests from ``inp`` on ``out`` until ``exit`` or end of input."""
+    from nnmeter.backends import get_backend
+    from nnmeter.backends.protocol import Job
+
+    affinity = _pin(core)
+    try:
+        backend = get_backend(backend_id)
+        ok, why = backend.available()
+        if not ok:
+            _send(out, {"ready": False, "error": why})
+            return 3
+        device = backend.device_info()
+    except Exception as err:  # report any start-up failure to the parent, then stop
+        _send(out, {"ready": False, "error": f"{type(err).__name__}: {err}"})
+        return 3
+    _send(out, {"ready": True, "pid": os.getpid(), "affinity": affinity,
+                "device": device.as_dict()})
+    for line in inp:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        rid = req.get("id")
+        hook = req.get("hook")
+        if hook == "exit":
+            os._exit(17)
+        if hook == "hang":
+            while True:
+                time.sleep(3600)
+        cmd = req.get("cmd")
+        try:
+            if cmd == "exit":
+                _send(out, {"id": rid, "ok": True})
+                return 0
+            if cmd == "ping":
+                reply = {"ok": True, "pid": os.getpid()}
+            elif cmd in ("measure", "profile"):
+                job = Job.from_dict(req["job"])
+                reply = _measure(backend, device, job) if cmd == "measure" else \
+                    _profile(backend, job)
+            else:
+                reply = {"ok": False, "error": f"unknown command {cmd!r}",
+                         "error_kind": "protocol"}
+        except Exception as err:  # a bug while serving one job must not kill the worker
+            reply = {"ok": False, "error": f"{type(err).__name__}: {err}",
+                     "error_kind": "run", "traceback": traceback.format_exc(limit=5)}
+        _send(out, {"id": rid, **reply})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nnmeter.backends.worker")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--core", type=int, default=None, help="pin to this core (-1: no pin)")
+    args = p.parse_args(argv)
+    proto_out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # C-level prints from runtimes must not corrupt the protocol
+    sys.stdout = sys.stderr
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="worker %(levelname)s %(name)s: %(message)s")
+    return serve(args.backend, args.core, sys.stdin, proto_out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,615 @@
+"""IR -> ``.tflite``: a ModelGraph becomes a runnable LiteRT model with random weights.
+
+The fast path the builder needs (thousands of small models): every IR op is written
+with plain ``tf.nn`` / ``tf.math`` ops on **constant numpy weights**, in NHWC, inside
+one ``tf.function``; its concrete function goes through
+``tf.lite.TFLiteConverter.from_concrete_functions``. No Keras model is built (Keras is
+~5x slower to convert, and a Keras 3 model through concrete functions keeps its
+weights as variables and outputs NaN). TensorFlow is imported lazily, once.
+
+Layout: rank-4 tensors are NHWC inside the model (TFLite's native layout), converted
+through :mod:`nnmeter.ir.layout`. Reshape, flatten, rank-4 fc/matmul/layernorm keep
+the canonical (NCHW) element order by transposing around the op when the tensor's
+element order differs between the layouts, so the model computes what the IR says.
+
+Padding: a conv or pool whose IR pads give the same output size as TensorFlow's
+``SAME`` is exported with ``SAME`` (as TFLite models from Keras are); TF puts the odd
+padding row at the bottom/right, where the IR's symmetric pads may put it at the top.
+Other pads are an explicit ``PAD`` op before a ``VALID`` op.
+
+Names: graph inputs keep their IR names (signature input names, and tensor names
+``serving_default_<name>:0``); graph outputs are signature outputs named after the IR
+node (``<node>`` or ``<node>_<port>``); the final TF op of each node is named after
+the IR node so that intermediate tensor names carry it. LiteRT orders signature
+inputs and outputs by name.
+
+Quantization: ``quantize="int8"`` runs post-training full-integer quantization with
+``representative_samples`` random inputs drawn uniformly from [-1, 1] (the range of
+normalised images); every op is int8 (``TFLITE_BUILTINS_INT8``) while the model's
+inputs and outputs stay float32 (a QUANTIZE op after each input and a DEQUANTIZE op
+before each output).
+
+Weights are random, deterministic for a ``seed``: He-normal conv/fc weights, batch
+norm statistics near identity, so activations stay finite.
+
+Examples
+--------
+>>> from nnmeter.ir.builder import GraphBuilder
+>>> from nnmeter.exporters.tflite import export_tflite
+>>> b = GraphBuilder("block", input_shape=(1, 16, 28, 28))
+>>> g = b.build([b.relu(b.bn(b.conv(b.x, 32)))])
+>>> export_tflite(g, "/tmp/block.tflite")          # doctest: +SKIP
+PosixPath('/tmp/block.tflite')
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import ExportError, UnsupportedOpError
+from nnmeter.ir import layout
+from nnmeter.ir.graph import ModelGraph, Node, Ref
+
+__all__ = ["export_tflite", "SUPPORTED_OPS", "tf_name"]
+
+logger = logging.getLogger(__name__)
+
+QUANTIZE_MODES = (None, "int8")
+
+
+@functools.cache
+def _tf() -> Any:
+    """Import TensorFlow once, quietly."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise ExportError(
+            "exporting to .tflite needs TensorFlow; install it with "
+            "`pip install tensorflow-cpu` (or the nnmeter[tensorflow] extra)"
+        ) from err
+    tf.get_logger().setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:
+        pass
+    return tf
+
+
+def tf_name(name: str) -> str:
+    """A TensorFlow-legal op / signature name for an IR name (illegal characters -> _).
+
+    >>> tf_name("layer1.0/conv:0")
+    'layer1.0/conv_0'
+    >>> tf_name("_x")
+    'n_x'
+    """
+    clean = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+    if not clean or not re.match(r"[A-Za-z0-9.]", clean[0]):
+        clean = "n" + clean
+    return clean
+
+
+# ------------------------------------------------------------------ random weights
+def _he(rng: np.random.Generator, shape: Sequence[int], fan_in: int) -> np.ndarray:
+    return (rng.standard_normal(shape) * math.sqrt(2.0 / max(1, fan_in))).astype(np.float32)
+
+
+def _weights(node: Node, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random constants of one node, in TF layouts, drawn in a fixed order."""
+    a = node.attrs
+    op = node.op
+    if op in ("conv", "dwconv", "convtranspose"):
+        kh, kw = a.kernel
+        cin = node.input_shapes[0][1]
+        if op == "dwconv":
+            w = _he(rng, (kh, kw, cin, a.out_channels // cin), kh * kw)
+        elif op == "convtranspose":
+            w = _he(rng, (kh, kw, a.out_channels, cin), kh * kw * cin)
+        else:
+            cin_g = cin // a.groups
+            w = _he(rng, (kh, kw, cin_g, a.out_channels), kh * kw * cin_g)
+        out = {"w": w}
+        if a.bias:
+            out["b"] = (rng.standard_normal(a.out_channels) * 0.01).astype(np.float32)
+        return out
+    if op == "fc":
+        cin = node.input_shapes[0][-1]
+        out = {"w": _he(rng, (cin, a.out_features), cin)}
+        if a.bias:
+            out["b"] = (rng.standard_normal(a.out_features) * 0.01).astype(np.float32)
+        return out
+    if op == "bn":
+        c = node.input_shapes[0][1] if len(node.input_shapes[0]) > 1 else node.input_shapes[0][0]
+        gamma = rng.uniform(0.5, 1.5, c)
+        beta = rng.standard_normal(c) * 0.1
+        mean = rng.standard_normal(c) * 0.1
+        var = rng.uniform(0.5, 1.5, c)
+        scale = gamma / np.sqrt(var + a.epsilon)
+        return {"scale": scale.astype(np.float32), "shift": (beta - mean * scale).astype(np.float32)}
+    if op == "layernorm":
+        shape = node.input_shapes[0]
+        axis = a.axis % len(shape)
+        norm_shape = tuple(shape[axis:])
+        return {"gamma": rng.uniform(0.5, 1.5, norm_shape).astype(np.float32),
+                "beta": (rng.standard_normal(norm_shape) * 0.1).astype(np.float32)}
+    if op in ("add", "sub", "mul", "div") and a.const_shape is not None:
+        if op in ("mul", "div"):
+            c = rng.uniform(0.5, 1.5, a.const_shape)
+        else:
+            c = rng.standard_normal(a.const_shape) * 0.1
+        return {"c": np.asarray(c, dtype=np.float32)}
+    return {}
+
+
+# ------------------------------------------------------------------ layout helpers
+def _to_canon(tf: Any, x: Any, shape: Sequence[int]) -> Any:
+    """The canonical-layout view of ``x`` (whose canonical shape is ``shape``)."""
+    return tf.transpose(x, layout.NHWC_TO_NCHW) if len(shape) == 4 else x
+
+
+def _from_canon(tf: Any, x: Any, shape: Sequence[int], name: str | None = None) -> Any:
+    return tf.transpose(x, layout.NCHW_TO_NHWC, name=name) if len(shape) == 4 else x
+
+
+def _nhwc_const(c: np.ndarray, act_rank: int) -> np.ndarray:
+    """A canonical constant rearranged to broadcast against NHWC data of ``act_rank``."""
+    if act_rank != 4 or c.ndim == 0 or c.ndim > 4:
+        return c
+    padded = c.reshape((1,) * (4 - c.ndim) + c.shape)
+    return np.ascontiguousarray(padded.transpose(layout.NCHW_TO_NHWC))
+
+
+def _align_rank(tf: Any, x: Any, shape: Sequence[int], rank: int) -> Any:
+    """Make an activation of canonical ``shape`` broadcast against rank-``rank`` NHWC data."""
+    if rank != 4 or len(shape) == 4 or len(shape) > 4:
+        return x
+    padded = (1,) * (4 - len(shape)) + tuple(shape)
+    x = tf.reshape(x, padded)
+    return tf.transpose(x, layout.NCHW_TO_NHWC)
+
+
+def _spatial_padding(h: int, w: int, kernel: Sequence[int], stride: Sequence[int],
+                     dilation: Sequence[int], pads: Sequence[int],
+                     out_hw: Sequence[int]) -> tuple[str, list[list[int]] | None]:
+    """("VALID" | "SAME", explicit NHWC paddings or None) reproducing ``out_hw``."""
+    eff = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    valid = [(s_ - e) // st + 1 for s_, e, st in zip((h, w), eff, stride)]
+    same = [-(-s_ // st) for s_, st in zip((h, w), stride)]
+    if not any(pads) and list(out_hw) == valid:
+        return "VALID", None
+    if list(out_hw) == same:
+        return "SAME", None
+    t, left, b, r = pads
+    # Extra end padding reproduces ceil_mode outputs.
+    need_h = (out_hw[0] - 1) * stride[0] + eff[0] - (h + t + b)
+    need_w = (out_hw[1] - 1) * stride[1] + eff[1] - (w + left + r)
+    b += max(0, need_h)
+    r += max(0, need_w)
+    return "VALID", [[0, 0], [t, b], [left, r], [0, 0]]
+
+
+# ------------------------------------------------------------------ op emitters
+# Each emitter gets (tf, node, inputs, weights, name) and returns a list of outputs.
+Emitter = Callable[[Any, Node, list, dict, str], list]
+
+
+def _conv(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    a = node.attrs
+    x = xs[0]
+    _, _, h, w = node.input_shapes[0]
+    out_hw = node.output_shapes[0][2:]
+    if node.op == "convtranspose":
+        return [_convtranspose(tf, node, x, wts, name)]
+    padding, explicit = _spatial_padding(h, w, a.kernel, a.stride, a.dilation, a.pads, out_hw)
+    if explicit is not None:
+        x = tf.pad(x, explicit)
+    strides = [1, a.stride[0], a.stride[1], 1]
+    dil = list(a.dilation)
+    has_bias = "b" in wts
+    if node.op == "dwconv":
+        if a.stride[0] != a.stride[1] and dil != [1, 1]:
+            raise UnsupportedOpError(
+                f"dwconv {node.name!r}: unequal strides {a.stride} with dilation {a.dilation} "
+                f"cannot be exported to TFLite; use equal strides or no dilation"
+            )
+        y = tf.nn.depthwise_conv2d(x, tf.constant(wts["w"]), strides, padding,
+                                   dilations=dil, name=None if has_bias else name)
+    else:
+        y = tf.nn.conv2d(x, tf.constant(wts["w"]), strides, padding, dilations=dil,
+                         name=None if has_bias else name)
+    if has_bias:
+        y = tf.nn.bias_add(y, tf.constant(wts["b"]), name=name)
+    return [y]
+
+
+def _convtranspose(tf: Any, node: Node, x: Any, wts: dict, name: str) -> Any:
+    a = node.attrs
+    n, _, h, w = node.input_shapes[0]
+    _, cout, ho, wo = node.output_shapes[0]
+    if a.groups != 1 or tuple(a.dilation) != (1, 1):
+        raise UnsupportedOpError(
+            f"convtranspose {node.name!r}: groups={a.groups}, dilation={a.dilation}; TFLite's "
+            f"TRANSPOSE_CONV supports groups=1 and dilation 1 only"
+        )
+    sh, sw = a.stride
+    kh, kw = a.kernel
+    strides = [1, sh, sw, 1]
+    filt = tf.constant(wts["w"])
+    if (ho, wo) == (h * sh, w * sw) and kh >= sh and kw >= sw:
+        y = tf.nn.conv2d_transpose(x, filt, [n, ho, wo, cout], strides, "SAME")
+    else:
+        fh, fw = (h - 1) * sh + kh, (w - 1) * sw + kw
+        y = tf.nn.conv2d_transpose(x, filt, [n, fh, fw, cout], strides, "VALID")
+        if (fh, fw) != (ho, wo):
+            top, left = a.pads[0], a.pads[1]
+            if fh < top + ho or fw < left + wo:
+                y = tf.pad(y, [[0, 0], [0, max(0, top + ho - fh)],
+                               [0, max(0, left + wo - fw)], [0, 0]])
+            y = y[:, top:top + ho, left:left + wo, :]
+    if "b" in wts:
+        y = tf.nn.bias_add(y, tf.constant(wts["b"]))
+    return tf.identity(y, name=name)
+
+
+def _fc(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    shape = node.input_shapes[0]
+    x = _to_canon(tf, xs[0], shape)
+    wt = tf.constant(wts["w"])
+    if len(shape) == 2:
+        y = tf.matmul(x, wt)
+    else:
+        y = tf.reshape(x, [-1, shape[-1]])
+        y = tf.matmul(y, wt)
+        y = tf.reshape(y, list(shape[:-1]) + [node.attrs.out_features])
+    if "b" in wts:
+        y = tf.nn.bias_add(y, tf.constant(wts["b"]), name=None if len(shape) == 4 else name)
+    return [_from_canon(tf, y, node.output_shapes[0], name=name)]
+
+
+def _bn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    shape = node.input_shapes[0]
+    scale, shift = wts["scale"], wts["shift"]
+    if len(shape) == 3:           # (N, C, L): channel axis 1
+        scale, shift = scale.reshape(-1, 1), shift.reshape(-1, 1)
+    y = xs[0] * tf.constant(scale)
+    return [tf.add(y, tf.constant(shift), name=name)]
+
+
+def _activation(kind: str) -> Emitter:
+    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+        x = xs[0]
+        if kind == "relu":
+            return [tf.nn.relu(x, name=name)]
+        if kind == "relu6":
+            return [tf.nn.relu6(x, name=name)]
+        if kind == "sigmoid":
+            return [tf.math.sigmoid(x, name=name)]
+        if kind == "tanh":
+            return [tf.math.tanh(x, name=name)]
+        if kind == "swish":
+            return [tf.multiply(x, tf.math.sigmoid(x), name=name)]
+        if kind == "hswish":
+            return [tf.multiply(x * tf.nn.relu6(x + 3.0), 1.0 / 6.0, name=name)]
+        if kind == "hsigmoid":
+            return [tf.multiply(tf.nn.relu6(x + 3.0), 1.0 / 6.0, name=name)]
+        if kind == "gelu":
+            return [tf.nn.gelu(x, approximate=False, name=name)]
+        if kind == "leakyrelu":
+            return [tf.nn.leaky_relu(x, alpha=0.01, name=name)]
+        raise UnsupportedOpError(f"activation {kind!r} has no TFLite export")
+
+    return emit
+
+
+def _clip(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    lo, hi = node.attrs.min_value, node.attrs.max_value
+    x = xs[0]
+    if (lo, hi) == (0.0, 6.0):
+        return [tf.nn.relu6(x, name=name)]
+    if lo == 0.0 and math.isinf(hi):
+        return [tf.nn.relu(x, name=name)]
+    if not math.isinf(lo):
+        x = tf.maximum(x, lo)
+    if not math.isinf(hi):
+        x = tf.minimum(x, hi)
+    return [tf.identity(x, name=name)]
+
+
+def _binary(kind: str) -> Emitter:
+    fns = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
+
+    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+        fn = getattr(tf.math, fns[kind])
+        out_rank = len(node.output_shapes[0])
+        if "c" in wts:
+            c = tf.constant(_nhwc_const(wts["c"], out_rank))
+            return [fn(_align_rank(tf, xs[0], node.input_shapes[0], out_rank), c, name=name)]
+        a = _align_rank(tf, xs[0], node.input_shapes[0], out_rank)
+        b = _align_rank(tf, xs[1], node.input_shapes[1], out_rank)
+        return [fn(a, b, name=name)]
+
+    return emit
+
+
+def _matmul(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    a = _to_canon(tf, xs[0], node.input_shapes[0])
+    b = _to_canon(tf, xs[1], node.input_shapes[1])
+    y = tf.matmul(a, b, name=None if len(node.output_shapes[0]) == 4 else name)
+    return [_from_canon(tf, y, node.output_shapes[0], name=name)]
+
+
+def _concat(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    rank = len(node.output_shapes[0])
+    return [tf.concat(xs, axis=layout.nchw_to_nhwc_axis(node.attrs.axis, rank), name=name)]
+
+
+def _split(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    rank = len(node.input_shapes[0])
+    axis = layout.nchw_to_nhwc_axis(node.attrs.axis, rank)
+    return list(tf.split(xs[0], list(node.attrs.sizes), axis=axis, name=name))
+
+
+def _channelshuffle(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    n, c, h, w = node.input_shapes[0]
+    g = node.attrs.groups
+    y = tf.reshape(xs[0], [n, h, w, g, c // g])
+    y = tf.transpose(y, [0, 1, 2, 4, 3])
+    return [tf.reshape(y, [n, h, w, c], name=name)]
+
+
+def _pool(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    a = node.attrs
+    _, _, h, w = node.input_shapes[0]
+    padding, explicit = _spatial_padding(h, w, a.kernel, a.stride, (1, 1), a.pads,
+                                         node.output_shapes[0][2:])
+    x = xs[0]
+    if explicit is not None:
+        fill = -3.0e38 if node.op == "maxpool" else 0.0
+        x = tf.pad(x, explicit, constant_values=fill)
+    fn = tf.nn.max_pool2d if node.op == "maxpool" else tf.nn.avg_pool2d
+    return [fn(x, list(a.kernel), list(a.stride), padding, name=name)]
+
+
+def _gap(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    return [tf.reduce_mean(xs[0], axis=[1, 2], keepdims=node.attrs.keepdims, name=name)]
+
+
+def _reduce(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    shape = node.input_shapes[0]
+    rank = len(shape)
+    axes = list(node.attrs.axes) or list(range(rank))
+    out = node.output_shapes[0]
+    if rank == 4 and not node.attrs.keepdims and len(out) != 4:
+        # Dropping axes changes rank: reduce in the canonical order to keep semantics.
+        return [tf.reduce_mean(_to_canon(tf, xs[0], shape), axis=axes, keepdims=False, name=name)]
+    return [tf.reduce_mean(xs[0], axis=list(layout.nchw_to_nhwc_axes(axes, rank)),
+                           keepdims=node.attrs.keepdims, name=name)]
+
+
+def _reshape_to(tf: Any, x: Any, in_shape: Sequence[int], out_shape: Sequence[int],
+                name: str) -> Any:
+    if layout.same_element_order(in_shape) and layout.same_element_order(out_shape):
+        return tf.reshape(x, list(layout.nchw_to_nhwc_shape(out_shape)), name=name)
+    y = tf.reshape(_to_canon(tf, x, in_shape), list(out_shape),
+                   name=None if len(out_shape) == 4 else name)
+    return _from_canon(tf, y, out_shape, name=name)
+
+
+def _reshape(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    return [_reshape_to(tf, xs[0], node.input_shapes[0], node.output_shapes[0], name)]
+
+
+def _transpose(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    shape = node.input_shapes[0]
+    perm = tuple(node.attrs.perm) or tuple(reversed(range(len(shape))))
+    return [tf.transpose(xs[0], list(layout.nchw_to_nhwc_perm(perm)), name=name)]
+
+
+def _pad(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    a = node.attrs
+    modes = {"constant": "CONSTANT", "reflect": "REFLECT", "symmetric": "SYMMETRIC"}
+    if a.mode not in modes:
+        raise UnsupportedOpError(
+            f"pad {node.name!r}: mode {a.mode!r} has no TFLite op; allowed: {sorted(modes)}"
+        )
+    return [tf.pad(xs[0], layout.nchw_to_nhwc_pads(a.pads), mode=modes[a.mode],
+                   constant_values=a.value, name=name)]
+
+
+def _resize(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    method = {"nearest": "nearest", "linear": "bilinear", "bilinear": "bilinear"}.get(
+        node.attrs.mode)
+    if method is None:
+        raise UnsupportedOpError(
+            f"resize {node.name!r}: mode {node.attrs.mode!r}; TFLite exports nearest and linear"
+        )
+    y = tf.image.resize(xs[0], list(node.attrs.size), method=method)
+    return [tf.identity(y, name=name)]
+
+
+def _softmax(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    rank = len(node.input_shapes[0])
+    return [tf.nn.softmax(xs[0], axis=layout.nchw_to_nhwc_axis(node.attrs.axis, rank), name=name)]
+
+
+def _layernorm(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    shape = node.input_shapes[0]
+    x = _to_canon(tf, xs[0], shape)
+    axis = node.attrs.axis % len(shape)
+    axes = list(range(axis, len(shape)))
+    mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+    centred = x - mean
+    var = tf.reduce_mean(tf.square(centred), axis=axes, keepdims=True)
+    y = centred * tf.math.rsqrt(var + node.attrs.epsilon)
+    y = y * tf.constant(wts["gamma"])
+    y = tf.add(y, tf.constant(wts["beta"]), name=None if len(shape) == 4 else name)
+    return [_from_canon(tf, y, shape, name=name)]
+
+
+def _lrn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    a = node.attrs
+    if a.size % 2 == 0:
+        raise UnsupportedOpError(
+            f"lrn {node.name!r}: size={a.size}; TFLite's LRN window is 2*radius+1, so the size "
+            f"must be odd"
+        )
+    # The IR (like ONNX) scales the sum by alpha / size; TF by alpha.
+    return [tf.nn.local_response_normalization(
+        xs[0], depth_radius=a.size // 2, bias=a.bias, alpha=a.alpha / a.size, beta=a.beta,
+        name=name)]
+
+
+def _identity(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    return [xs[0]]
+
+
+_EMITTERS: dict[str, Emitter] = {
+    "conv": _conv, "dwconv": _conv, "convtranspose": _conv,
+    "fc": _fc, "matmul": _matmul, "bn": _bn,
+    **{k: _activation(k) for k in ("relu", "relu6", "hswish", "hsigmoid", "sigmoid", "swish",
+                                   "gelu", "tanh", "leakyrelu")},
+    "clip": _clip,
+    **{k: _binary(k) for k in ("add", "sub", "mul", "div")},
+    "concat": _concat, "split": _split, "channelshuffle": _channelshuffle,
+    "maxpool": _pool, "avgpool": _pool, "gap": _gap, "reducemean": _reduce,
+    "reshape": _reshape, "flatten": _reshape, "transpose": _transpose, "pad": _pad,
+    "resize": _resize, "softmax": _softmax, "layernorm": _layernorm, "lrn": _lrn, "identity": _identity,
+}
+
+#: IR ops this exporter writes (``input`` aside); ``unknown`` never exports.
+SUPPORTED_OPS: frozenset[str] = frozenset(_EMITTERS)
+
+
+# ------------------------------------------------------------------ the exporter
+def _output_key(ref: Ref) -> str:
+    return tf_name(ref.node if ref.port == 0 else f"{ref.node}_{ref.port}")
+
+
+def _check(graph: ModelGraph) -> ModelGraph:
+    unsupported = [(n.name, n.op if n.op != "unknown" else f"unknown({n.attrs.original_type})")
+                   for n in graph.topological_nodes()
+                   if n.op != "input" and n.op not in SUPPORTED_OPS]
+    if unsupported:
+        ops = sorted({op for _, op in unsupported})
+        raise UnsupportedOpError(
+            f"graph {graph.name!r}: ops {ops} (nodes {[n for n, _ in unsupported][:5]}) cannot "
+            f"be exported to .tflite; supported: {sorted(SUPPORTED_OPS)}. Replace or remove "
+            f"those nodes"
+        )
+    if any(not n.output_shapes for n in graph.topological_nodes()):
+        graph = graph.copy().infer_shapes()
+    return graph
+
+
+def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[Node]]:
+    tf = _tf()
+    rng = np.random.default_rng(seed)
+    nodes = graph.topological_nodes()
+    inputs = [n for n in nodes if n.op == "input"]
+    weights = {n.name: _weights(n, rng) for n in nodes if n.op != "input"}
+    specs = [
+        tf.TensorSpec(layout.nchw_to_nhwc_shape(n.output_shape),
+                      tf.as_dtype(n.attrs.dtype), name=tf_name(n.name))
+        for n in inputs
+    ]
+
+    def model_fn(*args: Any) -> dict[str, Any]:
+        values: dict[Ref, Any] = {Ref(n.name, 0): a for n, a in zip(inputs, args)}
+        for node in nodes:
+            if node.op == "input":
+                continue
+            xs = [values[r] for r in node.inputs]
+            outs = _EMITTERS[node.op](tf, node, xs, weights[node.name], tf_name(node.name))
+            for port, y in enumerate(outs):
+                values[Ref(node.name, port)] = y
+        return {_output_key(ref): values[ref] for ref in graph.outputs}
+
+    return model_fn, specs, inputs
+
+
+def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
+                  quantize: str | None = None, seed: int = 0,
+                  representative_samples: int = 8) -> Path:
+    """Write ``graph`` as a runnable ``.tflite`` model with random weights.
+
+    Parameters
+    ----------
+    graph : ModelGraph
+        A graph whose ops are all in :data:`SUPPORTED_OPS` (shapes inferred if missing).
+    path : path-like
+        Where to write; parent folders are created.
+    quantize : None or "int8"
+        ``"int8"``: full-integer post-training quantization (float32 inputs/outputs).
+    seed : int
+        Seed of the random weights (and of the representative data); same seed, same file.
+    representative_samples : int
+        Random input batches used to calibrate int8 quantization.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Raises
+    ------
+    UnsupportedOpError
+        If the graph holds an op (or op setting) that has no TFLite export.
+    ExportError
+        If TensorFlow is missing, ``quantize`` is not allowed, or the converter fails.
+    """
+    if quantize not in QUANTIZE_MODES:
+        raise ExportError(
+            f"quantize={quantize!r} is not supported; allowed: {list(QUANTIZE_MODES)}"
+        )
+    if representative_samples < 1:
+        raise ExportError(f"representative_samples={representative_samples}; need at least 1")
+    graph = _check(graph)
+    tf = _tf()
+    model_fn, specs, inputs = _build_function(graph, seed)
+    try:
+        concrete = tf.function(model_fn, input_signature=specs).get_concrete_function()
+    except UnsupportedOpError:
+        raise
+    except (ValueError, TypeError, tf.errors.OpError) as err:
+        raise ExportError(f"graph {graph.name!r}: TensorFlow could not trace the model: {err}") from err
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], tf.Module())
+    if quantize == "int8":
+        rng = np.random.default_rng(seed + 1)
+
+        def representative() -> Any:
+            for _ in range(representative_samples):
+                yield [rng.uniform(-1.0, 1.0, s.shape).astype(s.dtype.as_numpy_dtype)
+                       for s in specs]
+
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            data = converter.convert()
+    except Exception as err:  # the converter raises ConverterError and bare RuntimeErrors
+        lines = [ln for ln in str(err).splitlines() if "error" in ln.lower()][:3]
+        raise ExportError(
+            f"graph {graph.name!r}: the TFLite converter failed"
+            f"{' for int8' if quantize else ''}: {' | '.join(lines) or err}. Check that every "
+            f"op has a TFLite kernel{' with int8 support' if quantize else ''}"
+        ) from err
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    logger.debug("exported %s (%d nodes) to %s, %d bytes", graph.name, len(graph), out, len(data))
+    return out

@@ -1,0 +1,106 @@
+"""Frontends: model files → :class:`~nnmeter.ir.graph.ModelGraph`.
+
+:func:`load_model` picks the frontend from the file; each frontend module imports its
+runtime lazily, so importing this package stays cheap.
+
+Examples
+--------
+>>> from nnmeter.ir import GraphBuilder
+>>> import os, tempfile
+>>> g = GraphBuilder("t", (1, 3, 8, 8)).build()
+>>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+>>> _ = g.to_json(path)
+>>> load_model(path).structurally_equal(g)
+True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nnmeter.errors import ModelLoadError
+
+__all__ = ["load_model", "SUPPORTED_FORMATS"]
+
+#: What :func:`load_model` accepts, for error messages and ``--help``.
+SUPPORTED_FORMATS = (
+    ".onnx", ".tflite", ".keras", ".h5", "SavedModel directory", ".json (nnmeter IR)",
+    "onnx.ModelProto",
+)
+
+
+def load_model(source: "str | os.PathLike | Any", *,
+               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
+    """Load any supported model into a validated ModelGraph.
+
+    Parameters
+    ----------
+    source : path or onnx.ModelProto or ModelGraph
+        ``.onnx``, ``.tflite``, ``.keras`` / ``.h5``, a SavedModel directory, a ``.json``
+        IR file, an in-memory ``onnx.ModelProto``; a ModelGraph is returned as is.
+    input_shapes : dict, optional
+        ``{input name: shape}`` in the canonical NCHW layout, for models with dynamic
+        dimensions (key ``""`` = the first input).
+
+    Raises
+    ------
+    ModelLoadError
+        If the file does not exist or its format is not supported (the message lists
+        the supported formats); the frontends raise their own errors too.
+    """
+    from nnmeter.ir.graph import ModelGraph
+
+    if isinstance(source, ModelGraph):
+        return source
+    if type(source).__name__ == "ModelProto":
+        from nnmeter.frontends.onnx import load_onnx
+
+        return load_onnx(source, input_shapes)
+    if not isinstance(source, (str, os.PathLike)):
+        raise ModelLoadError(
+            f"cannot load a model from a {type(source).__name__}; pass a path or an "
+            f"onnx.ModelProto (supported: {', '.join(SUPPORTED_FORMATS)})"
+        )
+    path = Path(source)
+    if not path.exists():
+        raise ModelLoadError(f"model file {path} does not exist")
+    suffix = path.suffix.lower()
+    if path.is_dir():
+        if (path / "saved_model.pb").exists() or (path / "saved_model.pbtxt").exists():
+            from nnmeter.frontends.keras import load_keras
+
+            return _with_shapes(load_keras, path, input_shapes)
+        raise ModelLoadError(
+            f"{path} is a directory without saved_model.pb; supported formats: "
+            f"{', '.join(SUPPORTED_FORMATS)}"
+        )
+    if suffix == ".onnx":
+        from nnmeter.frontends.onnx import load_onnx
+
+        return load_onnx(path, input_shapes)
+    if suffix == ".json":
+        return ModelGraph.from_json(str(path))
+    if suffix == ".tflite":
+        from nnmeter.frontends.tflite import load_tflite
+
+        return _with_shapes(load_tflite, path, input_shapes)
+    if suffix in (".keras", ".h5"):
+        from nnmeter.frontends.keras import load_keras
+
+        return _with_shapes(load_keras, path, input_shapes)
+    raise ModelLoadError(
+        f"{path} has suffix {suffix or '(none)'!r}, which nnmeter does not read; supported "
+        f"formats: {', '.join(SUPPORTED_FORMATS)}"
+    )
+
+
+def _with_shapes(loader: Any, path: Path, input_shapes: Any) -> Any:
+    """Call a frontend, passing ``input_shapes`` only when it takes them."""
+    import inspect
+
+    if input_shapes is not None and "input_shapes" in inspect.signature(loader).parameters:
+        return loader(path, input_shapes=input_shapes)
+    return loader(path)

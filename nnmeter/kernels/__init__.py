@@ -1,0 +1,61 @@
+"""Kernel types: configs, THE feature function of each type, single-kernel graphs.
+
+Public API (see docs/contracts.md "Kernels"):
+
+- :class:`Kernel` ``(type, nodes, ops, config)`` — one kernel of a partitioned model;
+- :data:`KERNEL_TYPES` — registry name → :class:`KernelType`; fused variants of the
+  tail families resolve on demand (``KERNEL_TYPES.get("conv-bn-hswish-add")``);
+- :func:`kernel_type_of` — the type name of a fused op sequence; ``other`` covers the rest;
+- :func:`kernel_from_nodes` — a Kernel for a group of nodes of a shape-inferred graph.
+
+Examples
+--------
+>>> from nnmeter.ir import GraphBuilder
+>>> b = GraphBuilder("m", (1, 3, 16, 16))
+>>> g = b.build([b.relu(b.bn(b.conv(b.x, 8, name="c"), name="b"), name="r")])
+>>> k = kernel_from_nodes(g, ["c", "b", "r"])
+>>> k.type, k.config.cout, len(k.features()) == len(KERNEL_TYPES.get(k.type).feature_names)
+('conv-bn-relu', 8, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nnmeter.kernels.base import (
+    KERNEL_TYPES, Kernel, KernelCost, KernelType, hwc, kernel_cost, topo_nodes,
+)
+from nnmeter.kernels.naming import block_type_of, kernel_type_of
+
+# Each module registers its types in KERNEL_TYPES on import.
+from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
+    activation, add, bn, channelshuffle, concat, conv, convtranspose, datamove, dwconv,
+    fc, mul, other, pooling, se, split,
+)
+
+__all__ = [
+    "Kernel", "KernelType", "KernelCost", "KERNEL_TYPES", "kernel_type_of",
+    "block_type_of", "kernel_from_nodes", "kernel_cost", "hwc", "FAMILIES",
+]
+
+#: Kernel families (modules), for predictors that train one regressor per family.
+FAMILIES = ("conv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
+            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "other")
+
+
+def kernel_from_nodes(graph, names: Sequence[str], type_name: str | None = None) -> Kernel:
+    """The Kernel covering ``names`` of a shape-inferred ``graph``.
+
+    ``type_name`` defaults to :func:`kernel_type_of` of the nodes' ops. If the named type
+    cannot read a config from these nodes, the kernel falls back to ``other``.
+    """
+    nodes = topo_nodes(graph, names)
+    ops = tuple(n.op for n in nodes)
+    tname = type_name or kernel_type_of(ops)
+    ktype = KERNEL_TYPES.get(tname)
+    try:
+        config = ktype.config_from_nodes(graph, [n.name for n in nodes])
+    except (StopIteration, ValueError, IndexError, AttributeError):
+        tname = "other"
+        config = KERNEL_TYPES.get("other").config_from_nodes(graph, [n.name for n in nodes])
+    return Kernel(tname, tuple(n.name for n in nodes), ops, config)

@@ -1,0 +1,302 @@
+"""Shared pieces of every kernel type: the Kernel record, the KernelType base class,
+the kernel-type registry and small helpers for configs and features.
+
+A *kernel* is a group of IR nodes that a backend runs as one unit after its own
+fusion (nn-Meter). A *kernel type* (``conv-bn-relu``, ``gap``, ``concat``...) owns:
+
+- a frozen config dataclass (the numbers that decide the kernel's latency),
+- ``config_from_nodes(graph, names)``: read a config off a partitioned graph,
+- ``features(config)``: THE feature function, used by the builder and the predictor
+  alike (one copy only; the predecessor's two copies drifted apart),
+- ``build_graph(config)``: a single-kernel ModelGraph, what the builder profiles,
+- ``config_to_dict`` / ``config_from_dict``: JSON round trip of a config.
+
+Feature vectors include cost figures from :mod:`nnmeter.ir.cost` computed on the
+single-kernel graph that ``build_graph`` makes, so features and profiled models can
+never disagree about FLOPs or bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import UnknownNameError
+from nnmeter.ir.cost import bytes_per_element, node_cost
+from nnmeter.ir.graph import ModelGraph, Node
+from nnmeter.registry import Registry
+
+__all__ = [
+    "Kernel",
+    "KernelType",
+    "KernelTypeRegistry",
+    "KERNEL_TYPES",
+    "KernelCost",
+    "kernel_cost",
+    "hwc",
+    "topo_nodes",
+]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a partitioned model.
+
+    Attributes
+    ----------
+    type : str
+        Kernel type name, registered in :data:`KERNEL_TYPES` (``"conv-bn-relu"``).
+    nodes : tuple of str
+        IR node names the kernel covers, in topological order.
+    ops : tuple of str
+        The op types of ``nodes``, same order.
+    config : object
+        The kernel type's config record.
+    """
+
+    type: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+    config: Any
+
+    @property
+    def kernel_type(self) -> "KernelType":
+        """The registered :class:`KernelType` of this kernel."""
+        return KERNEL_TYPES.get(self.type)
+
+    def features(self) -> np.ndarray:
+        """Feature vector of this kernel (its type's single feature function)."""
+        return self.kernel_type.features(self.config)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able dict: type, nodes, ops and the config as a dict."""
+        return {
+            "type": self.type,
+            "nodes": list(self.nodes),
+            "ops": list(self.ops),
+            "config": self.kernel_type.config_to_dict(self.config),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Kernel":
+        """Inverse of :meth:`as_dict`."""
+        ktype = KERNEL_TYPES.get(data["type"])
+        return cls(data["type"], tuple(data["nodes"]), tuple(data["ops"]),
+                   ktype.config_from_dict(data["config"]))
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """Cost of a single-kernel graph: fused intermediates do not count as traffic."""
+
+    flops: int
+    params: int
+    memory_bytes: int
+
+
+def kernel_cost(graph: ModelGraph) -> KernelCost:
+    """FLOPs, params and memory traffic of a whole single-kernel graph.
+
+    Memory traffic is what a fused kernel moves: graph inputs read, stored weights
+    read and graph outputs written (intermediate tensors stay in cache/registers).
+    """
+    bpe = bytes_per_element(graph.dtype)
+    flops = params = weights_bytes = read = 0
+    for node in graph.topological_nodes():
+        c = node_cost(node, graph.dtype)
+        flops += c.flops
+        params += c.params
+        weights_bytes += c.bytes_weights
+        if node.op == "input":
+            read += math.prod(node.output_shape) * bpe
+    written = sum(math.prod(graph.shape_of(r)) for r in graph.outputs) * bpe
+    return KernelCost(flops=flops, params=params, memory_bytes=read + weights_bytes + written)
+
+
+def hwc(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(H, W, C) of a canonical-layout shape.
+
+    Rank 4 (N, C, H, W) gives (H, W, C); rank 2 (N, C) gives (1, 1, C); rank 3
+    (N, C, L) gives (L, 1, C); rank 1 gives (1, 1, D); higher ranks fold the trailing
+    axes into H.
+    """
+    s = tuple(int(d) for d in shape)
+    if len(s) == 4:
+        return s[2], s[3], s[1]
+    if len(s) <= 1:
+        return 1, 1, (s[0] if s else 1)
+    if len(s) == 2:
+        return 1, 1, s[1]
+    return int(math.prod(s[2:])), 1, s[1]
+
+
+def topo_nodes(graph: ModelGraph, names: Sequence[str]) -> list[Node]:
+    """The nodes called ``names``, in the graph's topological order."""
+    wanted = set(names)
+    return [n for n in graph.topological_nodes() if n.name in wanted]
+
+
+def _tupleize(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tupleize(v) for v in value)
+    return value
+
+
+def _listify(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_listify(v) for v in value]
+    return value
+
+
+class KernelType:
+    """Base class of kernel types. Subclasses set the class attributes and implement
+    :meth:`config_from_nodes`, :meth:`base_features` and :meth:`build_graph`.
+
+    Attributes
+    ----------
+    name : str
+        The registered type name (``"conv-bn-relu"``).
+    family : str
+        The module/family the type belongs to (``"conv"``); types of one family share
+        the config class and feature layout.
+    config_cls : type
+        The frozen config dataclass.
+    feature_names : tuple of str
+        Names of the entries of :meth:`features`, same order.
+    """
+
+    name: str = ""
+    family: str = ""
+    config_cls: type = object
+    feature_names: tuple[str, ...] = ()
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> Any:
+        """Config of the kernel made of nodes ``names`` of a shape-inferred ``graph``."""
+        raise NotImplementedError
+
+    def build_graph(self, config: Any) -> ModelGraph:
+        """A runnable single-kernel ModelGraph for ``config`` (input named ``input``)."""
+        raise NotImplementedError
+
+    def features(self, config: Any) -> np.ndarray:
+        """THE feature vector of ``config`` (float64, length ``len(feature_names)``).
+
+        Raises
+        ------
+        TypeError
+            If ``config`` is not this type's config class.
+        """
+        if not isinstance(config, self.config_cls):
+            raise TypeError(
+                f"kernel type {self.name!r} takes {self.config_cls.__name__} configs, "
+                f"got {type(config).__name__}; build it with config_from_nodes or "
+                f"config_from_dict"
+            )
+        vec = np.asarray(self._features(config), dtype=np.float64)
+        if vec.shape != (len(self.feature_names),):  # guard against drift
+            raise AssertionError(
+                f"{self.name}: {vec.shape[0]} features but {len(self.feature_names)} names"
+            )
+        return vec
+
+    def _features(self, config: Any) -> list[float]:
+        raise NotImplementedError
+
+    def cost(self, config: Any) -> KernelCost:
+        """Cost of the single-kernel graph of ``config`` (cached per config)."""
+        cache = self.__dict__.setdefault("_cost_cache", {})
+        if config not in cache:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[config] = kernel_cost(self.build_graph(config))
+        return cache[config]
+
+    def config_to_dict(self, config: Any) -> dict[str, Any]:
+        """JSON-able dict of ``config`` (tuples become lists)."""
+        return {f.name: _listify(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+    def config_from_dict(self, data: dict[str, Any]) -> Any:
+        """Rebuild a config from :meth:`config_to_dict` output.
+
+        Raises
+        ------
+        TypeError
+            If ``data`` lacks a required field or has an unknown one.
+        """
+        names = {f.name for f in dataclasses.fields(self.config_cls)}
+        extra = set(data) - names
+        if extra:
+            raise TypeError(
+                f"{self.name} config got unknown fields {sorted(extra)}; "
+                f"allowed: {sorted(names)}"
+            )
+        return self.config_cls(**{k: _tupleize(v) for k, v in data.items()})
+
+    def __repr__(self) -> str:
+        return f"<KernelType {self.name}>"
+
+
+class KernelTypeRegistry(Registry[KernelType]):
+    """Registry of kernel types that also resolves names of fused variants.
+
+    Families with a fused tail (``conv``, ``dwconv``, ``fc``, ``bn``, ``add``...) register a
+    resolver: ``get("conv-bn-hswish-add")`` builds that variant on demand (pure,
+    cached per registry). ``names()`` lists the registered canonical names only.
+    """
+
+    def __init__(self, kind: str, *, entry_point_group: str | None = None) -> None:
+        super().__init__(kind, entry_point_group=entry_point_group)
+        self._resolvers: list[Callable[[str], KernelType | None]] = []
+        self._variants: dict[str, KernelType] = {}
+
+    def add_resolver(self, resolver: Callable[[str], KernelType | None]) -> None:
+        """Add a function mapping a type name to a KernelType, or None if not its own."""
+        self._resolvers.append(resolver)
+
+    def _resolve(self, name: str) -> KernelType | None:
+        if name in self._variants:
+            return self._variants[name]
+        for resolver in self._resolvers:
+            kt = resolver(name)
+            if kt is not None:
+                self._variants[name] = kt
+                return kt
+        return None
+
+    def get(self, name: str) -> KernelType:
+        _ensure_loaded()
+        if name in self._items:
+            return self._items[name]
+        kt = self._resolve(name)
+        if kt is not None:
+            return kt
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        _ensure_loaded()
+        return super().names()
+
+    def __contains__(self, name: object) -> bool:
+        _ensure_loaded()
+        if isinstance(name, str) and (name in self._items or self._resolve(name)):
+            return True
+        return super().__contains__(name)
+
+
+#: name -> KernelType. Kernel-type modules register themselves when
+#: :mod:`nnmeter.kernels` is imported.
+KERNEL_TYPES: KernelTypeRegistry = KernelTypeRegistry(
+    "kernel types", entry_point_group="nnmeter.kernel_types"
+)
+
+
+def _ensure_loaded() -> None:
+    # The type modules register on import of the package; a user importing only
+    # base must still see them.
+    import nnmeter.kernels  # noqa: F401
+

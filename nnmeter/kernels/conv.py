@@ -1,0 +1,70 @@
+"""The ``conv`` kernel family: a (grouped) convolution with its fused tail.
+
+Type names carry the tail: ``conv``, ``conv-bn``, ``conv-bn-relu``, ``conv-bn-add-relu``...
+(see :mod:`nnmeter.kernels._tail`). Features (nn-Meter's, plus memory traffic and the
+tail flags): [H, W, CIN, COUT, K, S, FLOPs, params, bytes, tail flags...], H and W of
+the kernel's *input*.
+
+Examples
+--------
+>>> from nnmeter.kernels import KERNEL_TYPES
+>>> kt = KERNEL_TYPES.get("conv-bn-relu")
+>>> cfg = kt.config_cls(h=28, w=28, cin=64, cout=128, kernel=3, stride=1)
+>>> [float(v) for v in kt.features(cfg)[:6]]
+[28.0, 28.0, 64.0, 128.0, 3.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nnmeter.ir.builder import GraphBuilder, same_pads
+from nnmeter.ir.graph import Node, Ref
+from nnmeter.kernels._tail import TailKernelType, register_family
+
+__all__ = ["ConvConfig", "ConvKernel"]
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    """A convolution on a (1, cin, h, w) input. ``pads`` None means 'same' padding."""
+
+    h: int
+    w: int
+    cin: int
+    cout: int
+    kernel: int = 3
+    stride: int = 1
+    groups: int = 1
+    pads: tuple[int, int, int, int] | None = None
+
+
+class ConvKernel(TailKernelType):
+    family = "conv"
+    config_cls = ConvConfig
+    head_feature_names = ("H", "W", "CIN", "COUT", "K", "S")
+
+    def head_config(self, head: Node) -> ConvConfig:
+        _, cin, h, w = head.input_shape
+        a = head.attrs
+        pads = tuple(a.pads)
+        return ConvConfig(h=h, w=w, cin=cin, cout=a.out_channels, kernel=a.kernel[0],
+                          stride=a.stride[0], groups=a.groups,
+                          pads=None if pads == same_pads(a.kernel) else pads)
+
+    def head_features(self, config: ConvConfig) -> list[float]:
+        return [config.h, config.w, config.cin, config.cout, config.kernel, config.stride]
+
+    def input_shape(self, config: ConvConfig) -> tuple[int, ...]:
+        return (1, config.cin, config.h, config.w)
+
+    def build_head(self, b: GraphBuilder, config: ConvConfig) -> Ref:
+        return b.conv(b.x, config.cout, config.kernel, config.stride, groups=config.groups,
+                      pads=config.pads, name="conv")
+
+
+register_family(ConvKernel, [(), ("bn",), ("relu",), ("bn", "relu"), ("bn", "relu6"),
+                             ("bn", "hswish"), ("bn", "swish"), ("bn", "add"),
+                             ("bn", "add", "relu"), ("relu6",), ("hswish",), ("add",),
+                             ("add", "relu")])

@@ -1,0 +1,74 @@
+"""Data-movement kernels: ``reshape``, ``flatten``, ``transpose`` and ``identity``.
+
+Backends often elide reshape/flatten/identity (a view, no copy); the partitioner then
+folds them into the producing kernel per the fusion rules, and only the ones that
+stand alone become kernels of these types. Features: [elements, rank_in, rank_out, bytes].
+
+Examples
+--------
+>>> from nnmeter.kernels import KERNEL_TYPES
+>>> kt = KERNEL_TYPES.get("transpose")
+>>> cfg = kt.config_cls(in_shape=(1, 2, 3), out_shape=(1, 3, 2), perm=(0, 2, 1))
+>>> kt.build_graph(cfg)["transpose"].output_shape
+(1, 3, 2)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.graph import ModelGraph
+from nnmeter.kernels.base import KERNEL_TYPES, KernelType, topo_nodes
+
+__all__ = ["MoveConfig", "DataMoveKernel", "DATA_MOVE_OPS"]
+
+DATA_MOVE_OPS = ("reshape", "flatten", "transpose", "identity")
+
+
+@dataclass(frozen=True)
+class MoveConfig:
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    perm: tuple[int, ...] = ()
+    axis: int = 1
+
+
+class DataMoveKernel(KernelType):
+    family = "datamove"
+    config_cls = MoveConfig
+    feature_names = ("elements", "rank_in", "rank_out", "bytes")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.name = op
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> MoveConfig:
+        nodes = topo_nodes(graph, names)
+        main = next((n for n in nodes if n.op == self.op), nodes[0])
+        a = main.attrs
+        return MoveConfig(in_shape=tuple(main.input_shape), out_shape=tuple(main.output_shape),
+                          perm=tuple(getattr(a, "perm", ())), axis=getattr(a, "axis", 1))
+
+    def _features(self, config: MoveConfig) -> list[float]:
+        return [math.prod(config.in_shape), len(config.in_shape), len(config.out_shape),
+                self.cost(config).memory_bytes]
+
+    def build_graph(self, config: MoveConfig) -> ModelGraph:
+        b = GraphBuilder(self.name, config.in_shape)
+        if self.op == "reshape":
+            y = b.reshape(b.x, config.out_shape, name="reshape")
+        elif self.op == "flatten":
+            y = b.flatten(b.x, config.axis, name="flatten")
+        elif self.op == "transpose":
+            y = b.transpose(b.x, config.perm, name="transpose")
+        else:
+            y = b.add("identity", [b.x], name="identity")
+        return b.build([y])
+
+
+for _op in DATA_MOVE_OPS:
+    KERNEL_TYPES.register(_op, DataMoveKernel(_op))
+del _op

@@ -1,0 +1,61 @@
+"""The ``dwconv`` kernel family: a depthwise convolution with its fused tail.
+
+Type names: ``dwconv``, ``dwconv-bn-relu6``, ``dwconv-bn-hswish``... Features:
+[H, W, CIN, COUT, K, S, FLOPs, params, bytes, tail flags...] (COUT = CIN).
+
+Examples
+--------
+>>> from nnmeter.kernels import KERNEL_TYPES
+>>> kt = KERNEL_TYPES.get("dwconv-bn-relu")
+>>> g = kt.build_graph(kt.config_cls(h=14, w=14, cin=32, kernel=3, stride=2))
+>>> g["dwconv"].output_shape
+(1, 32, 7, 7)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnmeter.ir.builder import GraphBuilder, same_pads
+from nnmeter.ir.graph import Node, Ref
+from nnmeter.kernels._tail import TailKernelType, register_family
+
+__all__ = ["DWConvConfig", "DWConvKernel"]
+
+
+@dataclass(frozen=True)
+class DWConvConfig:
+    """A depthwise convolution on (1, cin, h, w). ``pads`` None means 'same'."""
+
+    h: int
+    w: int
+    cin: int
+    kernel: int = 3
+    stride: int = 1
+    pads: tuple[int, int, int, int] | None = None
+
+
+class DWConvKernel(TailKernelType):
+    family = "dwconv"
+    config_cls = DWConvConfig
+    head_feature_names = ("H", "W", "CIN", "COUT", "K", "S")
+
+    def head_config(self, head: Node) -> DWConvConfig:
+        _, cin, h, w = head.input_shape
+        a = head.attrs
+        pads = tuple(a.pads)
+        return DWConvConfig(h=h, w=w, cin=cin, kernel=a.kernel[0], stride=a.stride[0],
+                            pads=None if pads == same_pads(a.kernel) else pads)
+
+    def head_features(self, config: DWConvConfig) -> list[float]:
+        return [config.h, config.w, config.cin, config.cin, config.kernel, config.stride]
+
+    def input_shape(self, config: DWConvConfig) -> tuple[int, ...]:
+        return (1, config.cin, config.h, config.w)
+
+    def build_head(self, b: GraphBuilder, config: DWConvConfig) -> Ref:
+        return b.dwconv(b.x, config.kernel, config.stride, pads=config.pads, name="dwconv")
+
+
+register_family(DWConvKernel, [(), ("bn",), ("relu",), ("bn", "relu"), ("bn", "relu6"),
+                               ("bn", "hswish"), ("bn", "swish"), ("relu6",)])

@@ -1,0 +1,72 @@
+"""The ``mul`` kernel: elementwise multiplication. ``operand`` says what the second
+factor is: ``same`` (a tensor of x's shape), ``channel`` (a (1, C, 1, 1) gate, as in
+squeeze-excite) or ``const``. Features: [H, W, CIN, same, channel, const, bytes].
+
+Examples
+--------
+>>> from nnmeter.kernels import KERNEL_TYPES
+>>> kt = KERNEL_TYPES.get("mul")
+>>> [float(v) for v in kt.features(kt.config_cls(h=2, w=2, cin=2, operand="channel"))[:6]]
+[2.0, 2.0, 2.0, 0.0, 1.0, 0.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.graph import ModelGraph
+from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+
+__all__ = ["MulConfig", "MulKernel", "OPERANDS"]
+
+OPERANDS = ("same", "channel", "const")
+
+
+@dataclass(frozen=True)
+class MulConfig:
+    h: int
+    w: int
+    cin: int
+    operand: str = "same"
+
+    def __post_init__(self) -> None:
+        if self.operand not in OPERANDS:
+            raise ValueError(f"mul operand {self.operand!r} is not one of {OPERANDS}")
+
+
+class MulKernel(KernelType):
+    name = "mul"
+    family = "mul"
+    config_cls = MulConfig
+    feature_names = ("H", "W", "CIN", "same", "channel", "const", "bytes")
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> MulConfig:
+        node = next(n for n in topo_nodes(graph, names) if n.op == "mul")
+        h, w, c = hwc(node.output_shape)
+        if node.attrs.const_shape is not None:
+            operand = "const"
+        elif len(node.input_shapes) == 2 and node.input_shapes[0] != node.input_shapes[1]:
+            operand = "channel"
+        else:
+            operand = "same"
+        return MulConfig(h=h, w=w, cin=c, operand=operand)
+
+    def _features(self, config: MulConfig) -> list[float]:
+        return [config.h, config.w, config.cin,
+                *(1.0 if config.operand == o else 0.0 for o in OPERANDS),
+                self.cost(config).memory_bytes]
+
+    def build_graph(self, config: MulConfig) -> ModelGraph:
+        shape = (1, config.cin, config.h, config.w)
+        b = GraphBuilder("mul", shape)
+        if config.operand == "const":
+            y = b.eltwise_const("mul", b.x, shape, name="mul")
+        else:
+            other = shape if config.operand == "same" else (1, config.cin, 1, 1)
+            y = b.mul(b.x, b.input("input2", other), name="mul")
+        return b.build([y])
+
+
+KERNEL_TYPES.register("mul", MulKernel())

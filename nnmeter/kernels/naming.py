@@ -1,0 +1,94 @@
+"""Naming a fused op sequence: :func:`kernel_type_of`.
+
+Rules, in order:
+
+1. ``identity`` ops are dropped (always free).
+2. Known multi-op blocks: squeeze-excite → ``se``; decomposed h-swish
+   ``add(+3) → relu6|clip → mul(x) → div|mul(/6)`` (either order of the last two) →
+   ``hswish``; decomposed h-sigmoid ``add(+3) → relu6|clip → div|mul`` → ``hsigmoid``;
+   ``reshape → transpose → reshape`` → ``channelshuffle``.
+3. ``reshape``/``flatten`` that are not the only op are dropped (the backend elided
+   them into the kernel that produced their input).
+4. The tail grammar ``head[-bn][-act][-add[-act]]`` for heads conv, dwconv,
+   convtranspose and fc; ``bn[-act]``; ``add[-act]``.
+5. A single op whose type is registered (``relu``, ``maxpool``, ``concat``...).
+6. Anything else is ``other``.
+
+Examples
+--------
+>>> kernel_type_of(("conv", "bn", "relu"))
+'conv-bn-relu'
+>>> kernel_type_of(("gap", "flatten"))
+'gap'
+>>> kernel_type_of(("softmax",))
+'other'
+>>> kernel_type_of(("relu", "maxpool"))
+'other'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nnmeter.ir.ops import ACTIVATIONS
+from nnmeter.kernels._tail import parse_tail
+
+__all__ = ["kernel_type_of", "block_type_of", "TAIL_HEADS"]
+
+TAIL_HEADS = {
+    "conv": (True, True),
+    "dwconv": (True, True),
+    "convtranspose": (True, True),
+    "fc": (False, True),
+    "bn": (False, False),
+    "add": (False, False),
+}
+
+_SINGLE_TYPES = frozenset(ACTIVATIONS) | {
+    "maxpool", "avgpool", "gap", "mul", "concat", "split", "channelshuffle",
+    "reshape", "flatten", "transpose", "identity",
+}
+_DENSE = ("conv", "fc")
+_SIXTH = ("div", "mul")
+_RELU6 = ("relu6", "clip")
+
+
+def block_type_of(ops: Sequence[str]) -> str | None:
+    """The block type (se, hswish, hsigmoid, channelshuffle) of ``ops``, or None."""
+    ops = tuple(o for o in ops if o != "identity")
+    core = tuple(o for o in ops if o not in ("reshape", "flatten"))
+    if (len(core) == 6 and core[0] == "gap" and core[-1] == "mul" and core[1] in _DENSE
+            and core[3] in _DENSE and core[2] in ACTIVATIONS and core[4] in ACTIVATIONS):
+        return "se"
+    if (len(core) == 5 and core[0] == "gap" and core[-1] == "mul" and core[1] in _DENSE
+            and core[2] in _DENSE and core[3] in ACTIVATIONS):
+        return "se"  # no inner activation
+    if len(ops) == 4 and ops[0] == "add" and ops[1] in _RELU6 and (
+            (ops[2] == "mul" and ops[3] in _SIXTH) or (ops[2] in _SIXTH and ops[3] == "mul")):
+        return "hswish"
+    if len(ops) == 3 and ops[0] == "add" and ops[1] in _RELU6 and ops[2] in _SIXTH:
+        return "hsigmoid"
+    if ops == ("reshape", "transpose", "reshape"):
+        return "channelshuffle"
+    return None
+
+
+def kernel_type_of(ops: Sequence[str]) -> str:
+    """The kernel type name of a fused op sequence (topological order); see module doc."""
+    ops = tuple(o for o in ops if o != "identity")
+    if not ops:
+        return "identity"
+    block = block_type_of(ops)
+    if block is not None:
+        return block
+    if len(ops) > 1:
+        ops = tuple(o for o in ops if o not in ("reshape", "flatten")) or ops[:1]
+    head, rest = ops[0], ops[1:]
+    if head in TAIL_HEADS:
+        allow_bn, allow_add = TAIL_HEADS[head]
+        if parse_tail(rest, allow_bn=allow_bn, allow_add=allow_add) is not None:
+            return "-".join(ops)
+        return "other"
+    if len(ops) == 1 and head in _SINGLE_TYPES:
+        return head
+    return "other"

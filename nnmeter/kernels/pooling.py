@@ -1,0 +1,88 @@
+"""Pooling kernels: ``maxpool``, ``avgpool`` (windowed) and ``gap`` (global average).
+
+Features: maxpool/avgpool [H, W, CIN, K, S, FLOPs, bytes]; gap [H, W, CIN, FLOPs, bytes],
+H and W of the *input* (the predecessor's gap always saw H=1, its output height).
+
+Examples
+--------
+>>> from nnmeter.kernels import KERNEL_TYPES
+>>> kt = KERNEL_TYPES.get("gap")
+>>> float(kt.features(kt.config_cls(h=7, w=7, cin=512))[0])
+7.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.graph import ModelGraph
+from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.bn import PlaneConfig
+
+__all__ = ["PoolConfig", "PoolKernel", "GapKernel"]
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    h: int
+    w: int
+    cin: int
+    kernel: int = 2
+    stride: int = 2
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    ceil_mode: bool = False
+
+
+class PoolKernel(KernelType):
+    family = "pool"
+    config_cls = PoolConfig
+    feature_names = ("H", "W", "CIN", "K", "S", "FLOPs", "bytes")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.name = op
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> PoolConfig:
+        node = next(n for n in topo_nodes(graph, names) if n.op == self.op)
+        _, c, h, w = node.input_shape
+        a = node.attrs
+        return PoolConfig(h=h, w=w, cin=c, kernel=a.kernel[0], stride=a.stride[0],
+                          pads=tuple(a.pads), ceil_mode=a.ceil_mode)
+
+    def _features(self, config: PoolConfig) -> list[float]:
+        cost = self.cost(config)
+        return [config.h, config.w, config.cin, config.kernel, config.stride,
+                cost.flops, cost.memory_bytes]
+
+    def build_graph(self, config: PoolConfig) -> ModelGraph:
+        b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))
+        pool = b.maxpool if self.op == "maxpool" else b.avgpool
+        return b.build([pool(b.x, config.kernel, config.stride, pads=config.pads,
+                             ceil_mode=config.ceil_mode, name=self.op)])
+
+
+class GapKernel(KernelType):
+    name = "gap"
+    family = "gap"
+    config_cls = PlaneConfig
+    feature_names = ("H", "W", "CIN", "FLOPs", "bytes")
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> PlaneConfig:
+        node = next(n for n in topo_nodes(graph, names) if n.op == "gap")
+        h, w, c = hwc(node.input_shape)  # the INPUT plane, never the 1x1 output
+        return PlaneConfig(h=h, w=w, cin=c)
+
+    def _features(self, config: PlaneConfig) -> list[float]:
+        cost = self.cost(config)
+        return [config.h, config.w, config.cin, cost.flops, cost.memory_bytes]
+
+    def build_graph(self, config: PlaneConfig) -> ModelGraph:
+        b = GraphBuilder("gap", (1, config.cin, config.h, config.w))
+        return b.build([b.gap(b.x, name="gap")])
+
+
+KERNEL_TYPES.register("maxpool", PoolKernel("maxpool"))
+KERNEL_TYPES.register("avgpool", PoolKernel("avgpool"))
+KERNEL_TYPES.register("gap", GapKernel())

@@ -1,0 +1,172 @@
+"""Kernel-measurement datasets: append-only JSONL files, one per kernel type.
+
+Layout (``datasets/kernels/<dataset-id>/``, the dataset id defaulting to the backend id)::
+
+    dataset.json           backend id, DeviceInfo and fingerprint id of every row
+    <kernel-type>.jsonl    one row per measured configuration (see ``KernelRow``)
+    rounds.jsonl           one row per sampling round: accuracy and cost
+    prior.json             the sampling prior used (for the record)
+
+A row holds the kernel type, the config fields, the latency statistics, the
+fingerprint id, the origin (``initial`` or ``round<k>``) and a timestamp. Features are
+not stored: they are recomputed from the config by the kernel type's single feature
+function, so stored data can never disagree with the predictor's features.
+
+Rows are appended and flushed one by one as they are measured; a killed build loses
+at most the row being written, and a truncated last line is skipped when reading.
+A dataset never mixes device fingerprints: :meth:`KernelDataset.check_device` raises
+:class:`~nnmeter.errors.FingerprintMismatchError` before anything is appended.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+
+__all__ = ["KernelDataset", "data_root", "kernel_dataset_dir"]
+
+logger = logging.getLogger(__name__)
+
+
+def data_root() -> Path:
+    """Root holding ``datasets/`` and ``fusion_rules/``: ``$NNMETER_DATA`` or the checkout."""
+    env = os.environ.get("NNMETER_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2]
+
+
+def kernel_dataset_dir(dataset_id: str, root: str | os.PathLike | None = None) -> Path:
+    """``<root>/datasets/kernels/<dataset_id>``."""
+    return Path(root or data_root()) / "datasets" / "kernels" / dataset_id
+
+
+class KernelDataset:
+    """One backend's kernel measurements on one device (a directory of JSONL files).
+
+    Parameters
+    ----------
+    directory : path
+        The dataset directory (created on the first write).
+    backend_id : str
+        The backend the rows were measured on.
+    """
+
+    META = "dataset.json"
+    ROUNDS = "rounds.jsonl"
+
+    def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
+        self.directory = Path(directory)
+        self.backend_id = backend_id
+
+    # -- metadata ---------------------------------------------------------------
+    def meta(self) -> dict[str, Any] | None:
+        """The dataset's metadata, or None for a new dataset."""
+        path = self.directory / self.META
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError as err:
+            raise DatasetError(f"{path} is not valid JSON ({err}); fix or delete it") from err
+
+    @property
+    def fingerprint_id(self) -> str | None:
+        meta = self.meta()
+        return None if meta is None else meta.get("fingerprint_id")
+
+    def check_device(self, device: dict[str, Any]) -> None:
+        """Bind a new dataset to ``device`` (a DeviceInfo dict) or check it matches.
+
+        Raises
+        ------
+        FingerprintMismatchError
+            If the dataset was measured on another fingerprint (device, runtime version
+            or settings); measurements of two fingerprints must never be mixed.
+        """
+        fid = device.get("fingerprint_id")
+        meta = self.meta()
+        if meta is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / self.META).write_text(json.dumps(
+                {"backend_id": self.backend_id, "fingerprint_id": fid, "device": device,
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1, sort_keys=True))
+            return
+        if meta.get("fingerprint_id") != fid:
+            old = meta.get("device") or {}
+            diff = [k for k in sorted(set(old) | set(device))
+                    if k != "fingerprint_id" and old.get(k) != device.get(k)]
+            raise FingerprintMismatchError(
+                f"dataset {self.directory} was measured on fingerprint "
+                f"{meta.get('fingerprint_id')!r}, this device is {fid!r} (differs in: "
+                f"{', '.join(diff) or 'unknown fields'}); measurements of different devices "
+                f"or runtimes must not be mixed. Start a new dataset, e.g. "
+                f"`nnmeter build --backend {self.backend_id} --dataset "
+                f"{self.backend_id}@{fid}`"
+            )
+
+    # -- rows -------------------------------------------------------------------
+    def path(self, kernel_type: str) -> Path:
+        return self.directory / f"{kernel_type}.jsonl"
+
+    def kernel_types(self) -> list[str]:
+        """Kernel types with a data file, sorted."""
+        if not self.directory.exists():
+            return []
+        return sorted(p.stem for p in self.directory.glob("*.jsonl") if p.name != self.ROUNDS)
+
+    def files(self) -> list[Path]:
+        """Every data file (for cache keys), sorted."""
+        if not self.directory.exists():
+            return []
+        return sorted(p for p in self.directory.glob("*.jsonl") if p.name != self.ROUNDS)
+
+    def append(self, kernel_type: str, row: dict[str, Any]) -> None:
+        """Append one row and flush it to disk before returning."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
+        with open(self.path(kernel_type), "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def rows(self, kernel_type: str) -> list[dict[str, Any]]:
+        """All rows of ``kernel_type`` (a truncated last line is skipped with a warning)."""
+        return list(_read_jsonl(self.path(kernel_type)))
+
+    def log_round(self, entry: dict[str, Any]) -> None:
+        self.append_raw(self.ROUNDS, entry)
+
+    def rounds(self) -> list[dict[str, Any]]:
+        return list(_read_jsonl(self.directory / self.ROUNDS))
+
+    def append_raw(self, name: str, entry: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / name, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
+            fh.flush()
+
+
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as err:
+            if i == len(lines) - 1:
+                logger.warning("%s: skipping a truncated last line (an interrupted write)", path)
+                continue
+            raise DatasetError(f"{path} line {i + 1} is not valid JSON: {err}") from err

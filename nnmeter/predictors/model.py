@@ -1,0 +1,351 @@
+"""The model-level predictor: partition into kernels, predict each kernel, sum.
+
+A :class:`LatencyPredictor` for a backend is *fusion rules + kernel measurements +
+regressor settings*, trained deterministically (:func:`train_predictor`). Each kernel
+is estimated by the first of:
+
+1. ``regressor``: the regressor of its own kernel type (trained on that type's rows);
+2. ``family``: the regressor of its family (``conv`` for ``conv-bn-hswish``), trained
+   on every type of the family, whose features carry the fused tail as flags;
+3. ``fallback``: a log-log regression on (FLOPs, memory bytes) trained on every kernel
+   measured on the backend.
+
+Kernels estimated by 2 or 3 are listed in ``LatencyReport.uncovered`` with how they
+were estimated; no kernel is ever counted as a silent 0 ms.
+
+Examples
+--------
+>>> r = LatencyReport(total_ms=1.5, rows=(KernelRow("relu", ("r",), (1.0,), 1.5,
+...                   "regressor"),), uncovered=(), backend_id="ort-cpu", device=None)
+>>> r.as_dict()["total_ms"]
+1.5
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import PredictorError
+
+__all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
+           "fallback_features", "FALLBACK_KEY"]
+
+logger = logging.getLogger(__name__)
+
+FALLBACK_KEY = "fallback"
+
+
+@dataclass(frozen=True)
+class PredictorSettings:
+    """Regressor settings of a predictor (part of its cache key).
+
+    Attributes
+    ----------
+    regressor : str
+        Registered regressor name for kernel types and families (``rf`` or ``lgbm``).
+    min_type_samples : int
+        Fewest rows a kernel type needs for its own regressor; fewer → family regressor.
+    seed : int
+        ``random_state`` of every regressor.
+    overrides : dict
+        Per kernel type hyper-parameter overrides.
+    """
+
+    regressor: str = "rf"
+    min_type_samples: int = 30
+    seed: int = 0
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel of a report. ``estimated_by`` is ``regressor``, ``family:<f>`` or
+    ``fallback``."""
+
+    type: str
+    nodes: tuple[str, ...]
+    features: tuple[float, ...]
+    predicted_ms: float
+    estimated_by: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "nodes": list(self.nodes), "features": list(self.features),
+                "predicted_ms": self.predicted_ms, "estimated_by": self.estimated_by}
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """A model's predicted latency, kernel by kernel.
+
+    Attributes
+    ----------
+    total_ms : float
+        Sum of every row's ``predicted_ms``.
+    rows : tuple of KernelRow
+        One per kernel, in topological order.
+    uncovered : tuple of dict
+        Kernels without a regressor of their own type: ``type``, ``nodes``,
+        ``estimated_by``, ``predicted_ms``.
+    backend_id : str
+    device : dict or None
+        The DeviceInfo (as a dict) the kernel data was measured on.
+    device_mismatch : bool
+        True when the current device's fingerprint differs from ``device``.
+    warnings : tuple of str
+    """
+
+    total_ms: float
+    rows: tuple[KernelRow, ...]
+    uncovered: tuple[dict[str, Any], ...]
+    backend_id: str
+    device: dict[str, Any] | None
+    device_mismatch: bool = False
+    warnings: tuple[str, ...] = ()
+    model: str = ""
+
+    def by_type(self) -> dict[str, tuple[int, float]]:
+        """Kernel type → (count, summed predicted ms)."""
+        out: dict[str, tuple[int, float]] = {}
+        for r in self.rows:
+            n, t = out.get(r.type, (0, 0.0))
+            out[r.type] = (n + 1, t + r.predicted_ms)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "backend_id": self.backend_id, "total_ms": self.total_ms,
+                "rows": [r.as_dict() for r in self.rows], "uncovered": list(self.uncovered),
+                "device": self.device, "device_mismatch": self.device_mismatch,
+                "warnings": list(self.warnings)}
+
+
+def fallback_features(kernel_type: Any, config: Any, features: np.ndarray | None = None) -> np.ndarray:
+    """[FLOPs, memory bytes] of a kernel, the input of the fallback regressor.
+
+    Taken from the kernel type's feature vector when it names ``FLOPs``/``bytes``,
+    else from the cost of its single-kernel graph.
+    """
+    names = tuple(getattr(kernel_type, "feature_names", ()))
+    if features is not None and "bytes" in names:
+        flops = float(features[names.index("FLOPs")]) if "FLOPs" in names else 0.0
+        return np.array([flops, float(features[names.index("bytes")])])
+    try:
+        c = kernel_type.cost(config)
+        return np.array([float(c.flops), float(c.memory_bytes)])
+    except Exception as err:  # unbuildable kernels (unknown ops) still get an estimate
+        logger.debug("no cost for %s: %s", getattr(kernel_type, "name", kernel_type), err)
+        return np.zeros(2)
+
+
+class LatencyPredictor:
+    """Predicts model latency on one backend from per-kernel regressors.
+
+    Build with :func:`nnmeter.predictors.load_predictor` (cached) or
+    :func:`nnmeter.predictors.train.train_predictor`.
+
+    Parameters
+    ----------
+    backend_id : str
+    rules : FusionRules
+        The backend's fusion rules (for partitioning).
+    regressors : dict
+        ``"type:<kernel-type>"``, ``"family:<family>"`` and ``"fallback"`` → fitted
+        regressor.
+    device : dict, optional
+        DeviceInfo dict of the kernel data.
+    meta : dict, optional
+        Provenance (cache key, sample counts, settings).
+    """
+
+    def __init__(self, backend_id: str, rules: Any, regressors: dict[str, Any], *,
+                 device: dict[str, Any] | None = None, meta: dict[str, Any] | None = None) -> None:
+        if FALLBACK_KEY not in regressors:
+            raise PredictorError(
+                f"predictor for {backend_id} has no fallback regressor; uncovered kernels "
+                f"would have no estimate. Retrain with train_predictor"
+            )
+        self.backend_id = backend_id
+        self.rules = rules
+        self.regressors = dict(regressors)
+        self.device = device
+        self.meta = dict(meta or {})
+        self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray]] = {}
+        self._device_check: tuple[bool, tuple[str, ...]] | None = None
+
+    def __repr__(self) -> str:
+        types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
+        return f"LatencyPredictor({self.backend_id!r}, {len(types)} kernel types)"
+
+    @property
+    def kernel_types(self) -> list[str]:
+        """Kernel types with a regressor of their own."""
+        return sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
+
+    # -- internals ----------------------------------------------------------------
+    def _estimator_key(self, ktype_name: str, family: str) -> str:
+        if f"type:{ktype_name}" in self.regressors:
+            return f"type:{ktype_name}"
+        if family and f"family:{family}" in self.regressors:
+            return f"family:{family}"
+        return FALLBACK_KEY
+
+    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray]:
+        key = (kernel.type, kernel.config)
+        hit = self._feature_cache.get(key)
+        if hit is None:
+            kt = kernel.kernel_type
+            feats = kt.features(kernel.config)
+            hit = (feats, fallback_features(kt, kernel.config, feats))
+            if len(self._feature_cache) > 200_000:
+                self._feature_cache.clear()
+            self._feature_cache[key] = hit
+        return hit
+
+    def kernels(self, graph: Any) -> list[Any]:
+        """The graph's kernels under this backend's fusion rules."""
+        from nnmeter.partition import partition
+
+        return partition(graph, self.rules)
+
+    def _estimate(self, kernels_per_graph: Sequence[Sequence[Any]]) -> list[list[tuple[float, str, np.ndarray]]]:
+        """Batch every kernel of every graph by estimator; one predict call per estimator."""
+        jobs: dict[str, list[tuple[int, int, np.ndarray]]] = {}
+        feats_of: dict[tuple[int, int], np.ndarray] = {}
+        for gi, kernels in enumerate(kernels_per_graph):
+            for ki, k in enumerate(kernels):
+                feats, fb = self._features(k)
+                feats_of[(gi, ki)] = feats
+                family = getattr(k.kernel_type, "family", "")
+                key = self._estimator_key(k.type, family)
+                x = fb if key == FALLBACK_KEY else feats
+                jobs.setdefault(key, []).append((gi, ki, x))
+        out = [[(math.nan, "", np.zeros(0))] * len(ks) for ks in kernels_per_graph]
+        for key, items in jobs.items():
+            X = np.vstack([x for _, _, x in items])
+            pred = self.regressors[key].predict(X)
+            how = "regressor" if key.startswith("type:") else key
+            for (gi, ki, _), p in zip(items, pred):
+                out[gi][ki] = (float(p), how, feats_of[(gi, ki)])
+        return out
+
+    # -- public -------------------------------------------------------------------
+    def predict(self, model: Any, *, check_device: bool = True) -> "LatencyReport":
+        """Predict one model (ModelGraph or anything ``load_model`` reads).
+
+        Raises
+        ------
+        PredictorError
+            If a kernel's estimate is not a positive finite number.
+        """
+        graph = _as_graph(model)
+        kernels = self.kernels(graph)
+        est = self._estimate([kernels])[0]
+        rows, uncovered = [], []
+        for k, (ms, how, feats) in zip(kernels, est):
+            if not (math.isfinite(ms) and ms > 0):
+                raise PredictorError(
+                    f"kernel {k.type} over {list(k.nodes)} got estimate {ms} ms from {how}; "
+                    f"every kernel must get a positive time. Retrain the predictor"
+                )
+            rows.append(KernelRow(k.type, tuple(k.nodes), tuple(float(v) for v in feats),
+                                  ms, how))
+            if how != "regressor":
+                uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
+                                  "predicted_ms": ms})
+        mismatch, diffs = self.check_device() if check_device else (False, ())
+        warnings = []
+        if mismatch:
+            warnings.append(
+                f"the kernel data of {self.backend_id} was measured on another device or "
+                f"runtime (differs in: {', '.join(diffs)}); predictions may be far off. "
+                f"Build a predictor on this device with `nnmeter build --backend "
+                f"{self.backend_id} --dataset {self.backend_id}@<new-id>`")
+        if uncovered:
+            warnings.append(f"{len(uncovered)} kernel(s) had no regressor of their own type "
+                            f"and were estimated by a family regressor or the FLOPs/bytes "
+                            f"fallback")
+        return LatencyReport(
+            total_ms=float(sum(r.predicted_ms for r in rows)), rows=tuple(rows),
+            uncovered=tuple(uncovered), backend_id=self.backend_id, device=self.device,
+            device_mismatch=mismatch, warnings=tuple(warnings),
+            model=getattr(graph, "name", ""),
+        )
+
+    def predict_many(self, graphs: Sequence[Any]) -> list[float]:
+        """Total predicted ms of each graph; kernels of all graphs are predicted in
+        one batch per estimator (fast for NAS loops)."""
+        kernels = [self.kernels(_as_graph(g)) for g in graphs]
+        est = self._estimate(kernels)
+        return [float(sum(ms for ms, _, _ in e)) for e in est]
+
+    def check_device(self) -> tuple[bool, tuple[str, ...]]:
+        """(mismatch, differing fields) of this machine against the data's device.
+
+        Uses a cheap fingerprint (CPU model, cores, architecture, runtime package version
+        from its metadata, backend settings) without starting the runtime.
+        """
+        if self._device_check is None:
+            self._device_check = _compare_device(self.backend_id, self.device)
+            if self._device_check[0]:
+                logger.warning("%s predictor: data measured on a different device/runtime "
+                               "(%s)", self.backend_id, ", ".join(self._device_check[1]))
+        return self._device_check
+
+
+def _as_graph(model: Any) -> Any:
+    from nnmeter.ir.graph import ModelGraph
+
+    if isinstance(model, ModelGraph):
+        return model
+    from nnmeter.frontends import load_model
+
+    return load_model(model)
+
+
+def current_device(backend_id: str) -> dict[str, Any]:
+    """A cheap DeviceInfo-like dict of this machine for ``backend_id`` (no runtime import)."""
+    import os
+    import platform
+    from importlib import metadata
+
+    from nnmeter.backends import get_backend
+    from nnmeter.backends.base import local_cpu_model
+
+    backend = get_backend(backend_id)
+    version = ""
+    top = (backend.runtime_module or "").split(".")[0]
+    try:
+        dists = metadata.packages_distributions().get(top, [])
+        if dists:
+            version = metadata.version(dists[0])
+    except Exception:  # metadata can be incomplete; then the version is not compared
+        version = ""
+    return {"cpu_model": local_cpu_model(), "cores": os.cpu_count() or 0,
+            "runtime": backend.runtime, "runtime_version": version,
+            "settings": backend.settings(), "arch": platform.machine()}
+
+
+def _compare_device(backend_id: str, device: dict[str, Any] | None) -> tuple[bool, tuple[str, ...]]:
+    if not device:
+        return True, ("no device recorded",)
+    try:
+        now = current_device(backend_id)
+    except Exception as err:  # an unknown backend here must not break prediction
+        logger.debug("cannot fingerprint %s: %s", backend_id, err)
+        return False, ()
+    diffs = []
+    for key in ("cpu_model", "cores", "arch", "runtime", "settings"):
+        if key in device and device.get(key) != now.get(key):
+            diffs.append(key)
+    v_old, v_new = str(device.get("runtime_version", "")), now.get("runtime_version", "")
+    if v_new and v_old and not (v_old.startswith(v_new) or v_new.startswith(v_old)):
+        diffs.append("runtime_version")
+    return bool(diffs), tuple(diffs)

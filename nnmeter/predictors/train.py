@@ -1,0 +1,136 @@
+"""Train a LatencyPredictor from a kernel dataset, deterministically.
+
+Examples
+--------
+See :func:`nnmeter.predictors.load_predictor`, which trains on first use and caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import DatasetError, PredictorError
+from nnmeter.predictors.dataset import KernelDataset
+from nnmeter.predictors.model import (
+    FALLBACK_KEY, LatencyPredictor, PredictorSettings, fallback_features,
+)
+from nnmeter.predictors.regressors import LinearKernelRegressor, make_regressor
+
+__all__ = ["load_kernel_data", "train_predictor", "KernelData"]
+
+logger = logging.getLogger(__name__)
+
+
+class KernelData:
+    """Configs, features and latencies of one kernel type, loaded from a dataset."""
+
+    def __init__(self, kernel_type: str, configs: list[Any], X: np.ndarray, y: np.ndarray,
+                 fb: np.ndarray, origins: list[str]) -> None:
+        self.kernel_type = kernel_type
+        self.configs = configs
+        self.X = X
+        self.y = y
+        self.fb = fb
+        self.origins = origins
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
+    """Rows of ``kernel_type`` with valid latencies, features recomputed from configs."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    try:
+        kt = KERNEL_TYPES.get(kernel_type)
+    except KeyError:
+        logger.warning("dataset %s has rows for unknown kernel type %r; skipped",
+                       dataset.directory, kernel_type)
+        return None
+    configs, X, y, fb, origins = [], [], [], [], []
+    for row in dataset.rows(kernel_type):
+        lat = row.get("latency_ms")
+        if lat is None or not math.isfinite(lat) or lat <= 0:
+            continue
+        try:
+            cfg = kt.config_from_dict(row["config"])
+        except (TypeError, KeyError) as err:
+            raise DatasetError(f"{dataset.path(kernel_type)}: bad config {row.get('config')}: "
+                               f"{err}") from err
+        feats = kt.features(cfg)
+        configs.append(cfg)
+        X.append(feats)
+        fb.append(fallback_features(kt, cfg, feats))
+        y.append(float(lat))
+        origins.append(str(row.get("origin", "initial")))
+    if not y:
+        return None
+    return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
+
+
+def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
+                    settings: PredictorSettings | None = None) -> LatencyPredictor:
+    """Train every regressor of a predictor from the dataset in ``dataset_dir``.
+
+    Raises
+    ------
+    PredictorError
+        If the dataset holds no usable kernel measurements.
+    """
+    from nnmeter.kernels import KERNEL_TYPES
+
+    settings = settings or PredictorSettings()
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    data: dict[str, KernelData] = {}
+    for t in ds.kernel_types():
+        d = load_kernel_data(ds, t)
+        if d is not None:
+            data[t] = d
+    if not data:
+        raise PredictorError(
+            f"no kernel measurements for {backend_id} in {dataset_dir}; build them with "
+            f"`nnmeter build --backend {backend_id}`"
+        )
+    regressors: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+
+    def fit(kind: str, X: np.ndarray, y: np.ndarray) -> Any:
+        params = dict(settings.overrides.get(kind, {}))
+        return make_regressor(kind, settings.regressor, random_state=settings.seed,
+                              **params).fit(X, y)
+
+    families: dict[str, list[KernelData]] = {}
+    for t, d in sorted(data.items()):
+        counts[t] = len(d)
+        if len(d) >= settings.min_type_samples:
+            regressors[f"type:{t}"] = fit(t, d.X, d.y)
+        fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
+        families.setdefault(fam, []).append(d)
+    for fam, members in sorted(families.items()):
+        widths = {m.X.shape[1] for m in members}
+        n = sum(len(m) for m in members)
+        if len(widths) != 1 or n < min(settings.min_type_samples, 10):
+            continue
+        if len(members) == 1 and f"type:{members[0].kernel_type}" in regressors \
+                and members[0].kernel_type == fam:
+            regressors[f"family:{fam}"] = regressors[f"type:{fam}"]
+            continue
+        X = np.vstack([m.X for m in members])
+        y = np.concatenate([m.y for m in members])
+        regressors[f"family:{fam}"] = fit(fam, X, y)
+    fbX = np.vstack([d.fb for d in data.values()])
+    fby = np.concatenate([d.y for d in data.values()])
+    regressors[FALLBACK_KEY] = LinearKernelRegressor(log_features=True, log_target=True).fit(
+        fbX, fby)
+    meta = ds.meta() or {}
+    return LatencyPredictor(
+        backend_id, rules, regressors, device=meta.get("device"),
+        meta={"samples": counts, "settings": settings.as_dict(),
+              "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
+    )

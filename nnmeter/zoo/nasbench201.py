@@ -1,0 +1,201 @@
+"""NAS-Bench-201 (Dong & Yang, ICLR 2020): the cell-based search space of 15,625 cells.
+
+A cell is a DAG of 4 nodes; each of its 6 edges (j <- i, i < j) holds one of 5
+candidate ops: ``none`` (zero), ``skip_connect`` (identity), ``nor_conv_1x1`` and
+``nor_conv_3x3`` (ReLU → conv without bias → BN) and ``avg_pool_3x3`` (stride 1,
+padding 1, padding excluded from the average). Node j is the sum of its incoming
+edges; the cell outputs node 3. 5^6 = 15,625 cells.
+
+The network, as NAS-Bench-201 defines it for CIFAR: 32x32 input → conv 3x3 16 + BN
+→ 5 cells at C=16 → residual reduction block → 5 cells at C=32 → reduction → 5 cells
+at C=64 → BN → ReLU → global pooling → fc(10). A reduction block is ResNet's basic
+block: ReLU-conv3x3/2-BN → ReLU-conv3x3-BN, plus a shortcut avgpool 2x2/2 → conv 1x1.
+
+Inference-time graph: ``none`` edges are dropped; cell nodes that feed nothing alive
+(or that only receive zeros) are pruned, as every inference compiler would. A cell
+whose output is identically zero is kept as a multiply of its input by a constant,
+as NAS-Bench-201's own ``Zero`` op computes ``x.mul(0.)``.
+
+Base config: the all-``nor_conv_3x3`` cell, the largest network of the space:
+1,531,546 params and 220.1 M multiply-adds, matching NAS-Bench-201's reported range
+(params 0.07-1.53 M, FLOPs 7.8-220.1 M on CIFAR-10, its "FLOPs" being multiply-adds).
+The smallest cells (no conv on any live edge) give 7.78 M multiply-adds.
+
+Examples
+--------
+>>> fam = NASBench201Family()
+>>> cell_from_index(cell_index(("nor_conv_3x3",) * 6)) == ("nor_conv_3x3",) * 6
+True
+>>> arch_str(fam.base_config().cell).count("nor_conv_3x3")
+6
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.graph import ModelGraph, Ref
+from nnmeter.zoo.base import Family
+
+__all__ = ["NASBench201Config", "NASBench201Family", "CANDIDATE_OPS", "EDGES", "NUM_CELLS",
+           "cell_index", "cell_from_index", "arch_str"]
+
+#: The 5 candidate ops, in NAS-Bench-201's order.
+CANDIDATE_OPS: tuple[str, ...] = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3",
+                                  "avg_pool_3x3")
+#: The 6 edges of a cell as (to, from), in the order of NAS-Bench-201's arch strings.
+EDGES: tuple[tuple[int, int], ...] = ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))
+#: Number of distinct cells.
+NUM_CELLS = len(CANDIDATE_OPS) ** len(EDGES)
+
+
+def cell_index(cell: tuple[str, ...]) -> int:
+    """Index 0..15624 of a cell (base-5 digits over :data:`EDGES`)."""
+    idx = 0
+    for op in cell:
+        idx = idx * len(CANDIDATE_OPS) + CANDIDATE_OPS.index(op)
+    return idx
+
+
+def cell_from_index(index: int) -> tuple[str, ...]:
+    """The cell of :func:`cell_index` ``index``.
+
+    Raises
+    ------
+    ValueError
+        If ``index`` is outside 0..15624.
+    """
+    if not 0 <= index < NUM_CELLS:
+        raise ValueError(f"cell index {index} is outside 0..{NUM_CELLS - 1}")
+    ops = []
+    for _ in EDGES:
+        index, d = divmod(index, len(CANDIDATE_OPS))
+        ops.append(CANDIDATE_OPS[d])
+    return tuple(reversed(ops))
+
+
+def arch_str(cell: tuple[str, ...]) -> str:
+    """NAS-Bench-201's architecture string, e.g. ``|nor_conv_3x3~0|+|...~0|...~1|+|...``."""
+    parts: list[list[str]] = [[], [], []]
+    for (j, i), op in zip(EDGES, cell):
+        parts[j - 1].append(f"{op}~{i}")
+    return "+".join("|" + "|".join(p) + "|" for p in parts)
+
+
+@dataclass(frozen=True)
+class NASBench201Config:
+    """One NAS-Bench-201 network.
+
+    Attributes
+    ----------
+    cell : tuple of 6 str
+        Op on each edge of :data:`EDGES`, from :data:`CANDIDATE_OPS`.
+    channels : tuple of 3 ints
+        Channels of the three stages (16, 32, 64 as defined).
+    cells_per_stage : int
+        N (5 as defined).
+    resolution : int
+        Input height and width (32 as defined).
+    num_classes : int
+        Classifier outputs (10: CIFAR-10).
+    """
+
+    cell: tuple[str, ...] = ("nor_conv_3x3",) * 6
+    channels: tuple[int, ...] = (16, 32, 64)
+    cells_per_stage: int = 5
+    resolution: int = 32
+    num_classes: int = 10
+
+
+def _relu_conv_bn(b: GraphBuilder, x: Ref, c: int, k: int, s: int, name: str) -> Ref:
+    y = b.relu(x, name=f"{name}.relu")
+    y = b.conv(y, c, k, s, bias=False, name=f"{name}.conv")
+    return b.bn(y, name=f"{name}.bn")
+
+
+def _cell(b: GraphBuilder, x: Ref, cell: tuple[str, ...], name: str) -> Ref:
+    c = b.shape(x)[1]
+    ops = {edge: op for edge, op in zip(EDGES, cell)}
+    # A node is non-zero when some live edge brings it a non-zero tensor.
+    nonzero = {0: True}
+    for j in (1, 2, 3):
+        nonzero[j] = any(ops[(j, i)] != "none" and nonzero[i] for i in range(j))
+    # A node is needed when it reaches the output through live edges.
+    needed = {3: True}
+    for i in (2, 1, 0):
+        needed[i] = any(ops[(j, i)] != "none" and needed[j] and nonzero[j]
+                        for j in range(i + 1, 4))
+    if not nonzero[3]:
+        return b.eltwise_const("mul", x, (1, 1, 1, 1), name=f"{name}.zero")
+    refs: dict[int, Ref] = {0: x}
+    for j in (1, 2, 3):
+        if not (nonzero[j] and needed[j]):
+            continue
+        terms: list[Ref] = []
+        for i in range(j):
+            op = ops[(j, i)]
+            if op == "none" or not nonzero[i]:
+                continue
+            p = f"{name}.edge{j}_{i}"
+            if op == "skip_connect":
+                terms.append(refs[i])
+            elif op == "nor_conv_1x1":
+                terms.append(_relu_conv_bn(b, refs[i], c, 1, 1, p))
+            elif op == "nor_conv_3x3":
+                terms.append(_relu_conv_bn(b, refs[i], c, 3, 1, p))
+            elif op == "avg_pool_3x3":
+                terms.append(b.avgpool(refs[i], 3, 1, pads=(1, 1, 1, 1), name=f"{p}.pool"))
+            else:
+                raise ValueError(f"NAS-Bench-201 op {op!r} is not one of {CANDIDATE_OPS}")
+        y = terms[0]
+        for t, term in enumerate(terms[1:], start=1):
+            y = b.add_(y, term, name=f"{name}.node{j}.add{t}")
+        refs[j] = y
+    return refs[3]
+
+
+def _reduction(b: GraphBuilder, x: Ref, c: int, name: str) -> Ref:
+    y = _relu_conv_bn(b, x, c, 3, 2, f"{name}.conv_a")
+    y = _relu_conv_bn(b, y, c, 3, 1, f"{name}.conv_b")
+    s = b.avgpool(x, 2, 2, name=f"{name}.downsample.pool")
+    s = b.conv(s, c, 1, bias=False, name=f"{name}.downsample.conv")
+    return b.add_(s, y, name=f"{name}.add")
+
+
+class NASBench201Family(Family):
+    name = "nasbench201"
+    config_cls = NASBench201Config
+    description = "NAS-Bench-201 cells (5 ops on 6 edges, 15,625 cells), CIFAR-10 network"
+    ranges = {
+        "cell": "uniform over the 15,625 cells (5 ops on each of 6 edges)",
+        "network": "fixed as defined: C=16/32/64, N=5, 32x32 input, 10 classes",
+    }
+    reference = {"params": 1_531_546, "macs": 220_110_000,
+                 "source": "NAS-Bench-201 (Dong & Yang, ICLR 2020): largest cell "
+                           "(all nor_conv_3x3) 1.53 M params, 220.11 M FLOPs (multiply-adds) "
+                           "on CIFAR-10; 15,625 cells"}
+
+    def build(self, config: NASBench201Config) -> ModelGraph:
+        r = config.resolution
+        b = GraphBuilder("nasbench201", (1, 3, r, r))
+        y = b.conv(b.x, config.channels[0], 3, bias=False, name="stem.conv")
+        y = b.bn(y, name="stem.bn")
+        k = 0
+        for s, c in enumerate(config.channels):
+            if s > 0:
+                y = _reduction(b, y, c, f"cells.{k}")
+                k += 1
+            for _ in range(config.cells_per_stage):
+                y = _cell(b, y, config.cell, f"cells.{k}")
+                k += 1
+        y = b.bn(y, name="lastact.bn")
+        y = b.relu(y, name="lastact.relu")
+        y = b.gap(y, keepdims=False, name="global_pooling")
+        y = b.fc(y, config.num_classes, name="classifier")
+        return b.build([y], validate=False)
+
+    def sample(self, rng: np.random.Generator) -> NASBench201Config:
+        return NASBench201Config(cell=cell_from_index(int(rng.integers(NUM_CELLS))))

@@ -1,0 +1,130 @@
+"""Every ONNX backend that imports here: compile, run, measure in a worker, profile."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import onnx
+import onnx.reference
+import pytest
+
+from nnmeter.backends import Profiler, get_backend, measure, profile
+from nnmeter.errors import BackendError
+
+pytestmark = pytest.mark.integration
+
+ONNX_BACKENDS = {"ort-cpu": "onnxruntime", "openvino-cpu": "openvino", "mnn-cpu": "MNN"}
+QUICK = dict(rounds=2, round_ms=3.0, warmup_ms=3.0, timeout_s=60.0)
+
+
+def _need(backend_id: str) -> None:
+    try:
+        importlib.import_module(ONNX_BACKENDS[backend_id])
+    except ImportError as err:
+        pytest.skip(f"{backend_id}: runtime not importable ({err})")
+
+
+@pytest.fixture(scope="module", params=sorted(ONNX_BACKENDS))
+def prof(request):
+    _need(request.param)
+    with Profiler(request.param) as p:
+        yield p
+
+
+def _node_names(path) -> set[str]:
+    return {n.name for n in onnx.load(str(path)).graph.node}
+
+
+@pytest.mark.parametrize("backend_id", sorted(ONNX_BACKENDS))
+def test_prepare_run_matches_onnxruntime_reference(backend_id, mbblock_onnx):
+    _need(backend_id)
+    prepared = get_backend(backend_id).prepare(mbblock_onnx)
+    feeds = prepared.random_inputs(0)
+    out = prepared.run(feeds)[0]
+    ref = onnx.reference.ReferenceEvaluator(str(mbblock_onnx)).run(None, feeds)[0]
+    assert out.shape == ref.shape
+    # OpenVINO runs bf16 on CPUs that have it: compare loosely
+    assert np.allclose(out, ref, atol=0.2 if backend_id == "openvino-cpu" else 1e-3)
+    assert prepared.time_once() > 0
+    prepared.close()
+
+
+def test_measure_records_protocol_and_fingerprint(prof, cbr_onnx, mbblock_onnx):
+    m1 = prof.measure(cbr_onnx, **QUICK)
+    m2 = prof.measure(mbblock_onnx, **QUICK)
+    for m in (m1, m2):
+        assert m.ok, m.error
+        assert m.latency_ms > 0 and m.min_ms > 0 and m.median_ms >= m.min_ms
+        assert m.rounds >= 2 and m.runs >= 2 * 3 and m.spread >= 0
+        assert m.extra["calibration_ms"] > 0 and m.extra["timed_ms"] > 0
+        assert m.extra["stats"]["min"] <= m.extra["stats"]["median"]
+        assert m.backend_id == prof.backend_id and m.model.endswith(".onnx")
+    assert m1.device.fingerprint_id == m2.device.fingerprint_id
+    assert m1.device.runtime_version and m1.device.settings["threads"] == 1
+    assert m1.device.cpu_model
+
+
+def test_profile_covers_real_nodes(prof, cbr_onnx, mbblock_onnx):
+    nodes = prof.profile(cbr_onnx, runs=3)
+    names = _node_names(cbr_onnx)
+    compute = [n for n in nodes if n.covers]
+    assert compute, nodes
+    covered = {c for n in compute for c in n.covers}
+    assert covered <= names
+    # conv, bn and relu run as one fused kernel on every one of these runtimes
+    assert any(set(n.covers) == {"conv1", "bn1", "relu1"} for n in compute), nodes
+    mb = prof.profile(mbblock_onnx, runs=3)
+    mb_names = _node_names(mbblock_onnx)
+    mb_covered = [c for n in mb for c in n.covers]
+    assert set(mb_covered) == mb_names  # every original node is covered ...
+    assert len(mb_covered) == len(set(mb_covered))  # ... exactly once
+    assert any(n.time_ms and n.time_ms > 0 for n in mb)
+
+
+def test_compile_error_raises_or_is_recorded(prof, garbage_onnx, cbr_onnx):
+    with pytest.raises(BackendError) as exc:
+        prof.measure(garbage_onnx, on_error="raise", **QUICK)
+    assert "garbage.onnx" in str(exc.value)
+    m = prof.measure(garbage_onnx, **QUICK)
+    assert not m.ok and m.extra["error_kind"] == "compile" and m.error
+    assert prof.measure(cbr_onnx, **QUICK).ok  # the worker lives on
+
+
+def test_worker_crash_is_recorded_and_next_job_runs(cbr_onnx):
+    _need("ort-cpu")
+    with Profiler("ort-cpu") as p:
+        pid = p.start().worker_pid
+        m = p.measure(cbr_onnx, _hook="exit", **QUICK)
+        assert not m.ok and m.extra["error_kind"] == "crash" and "code 17" in m.error
+        assert p.restarts == 1
+        ok = p.measure(cbr_onnx, **QUICK)
+        assert ok.ok and p.worker_pid != pid
+
+
+def test_worker_hang_times_out_and_next_job_runs(cbr_onnx):
+    _need("ort-cpu")
+    with Profiler("ort-cpu") as p:
+        m = p.measure(cbr_onnx, _hook="hang", **{**QUICK, "timeout_s": 1.0})
+        assert not m.ok and m.extra["error_kind"] == "timeout" and "1 s" in m.error
+        assert p.measure(cbr_onnx, **QUICK).ok
+
+
+def test_module_level_measure_and_profile(cbr_onnx):
+    _need("ort-cpu")
+    m = measure(cbr_onnx, "ort-cpu-t2", **QUICK)
+    assert m.ok and m.backend_id == "ort-cpu-t2" and m.device.settings["threads"] == 2
+    nodes = profile(cbr_onnx, "ort-cpu", runs=2)
+    assert any(n.covers for n in nodes)
+
+
+def test_measure_model_graph_exports_first():
+    _need("ort-cpu")
+    exporters = pytest.importorskip("nnmeter.exporters.onnx")
+    from nnmeter.ir import GraphBuilder
+
+    b = GraphBuilder("tiny", (1, 8, 16, 16))
+    g = b.build([b.relu(b.x)])
+    assert exporters is not None
+    m = measure(g, "ort-cpu", **QUICK)
+    assert m.ok and m.model.endswith("tiny.onnx")
