@@ -135,8 +135,13 @@ class MnnCpuBackend(Backend):
     model_format = "onnx"
     runtime_module = "MNN"
 
+    def available(self) -> tuple[bool, str]:
+        with _captured_fds():  # MNN prints CPU features on import
+            return super().available()
+
     def runtime_version(self) -> str:
-        import MNN
+        with _captured_fds():
+            import MNN
 
         return str(MNN.version())
 

@@ -69,11 +69,13 @@ class ProtocolSettings:
     rounds: int = 5
     round_ms: float = 25.0
     runs: int | None = None
-    min_runs: int = 3
+    min_runs: int = 5
     max_runs: int = 1000
     pause_ms: float = 3.0
     spread_threshold: float = 0.05
     max_rounds: int = 12
+    max_noisy_rounds: int = 8
+    contention_pause_ms: float = 15.0
     calibrate: bool = True
     drift_threshold: float = 0.08
     max_remeasure: int = 1
@@ -176,6 +178,37 @@ def calibration_ms(repeats: int = 3, runs: int = 15) -> float:
     return best
 
 
+def _cpu_ticks() -> dict[int, tuple[int, int]]:
+    """Per CPU (busy, total) ticks from /proc/stat; empty where there is none."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("cpu") and line[3].isdigit():
+                    name, *vals = line.split()
+                    v = [int(x) for x in vals]
+                    idle = v[3] + (v[4] if len(v) > 4 else 0)
+                    out[int(name[3:])] = (sum(v[:8]) - idle, sum(v[:8]))
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def _others_busy(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]
+                 ) -> float:
+    """How busy the CPUs this worker does not run on were in between (0..1, NaN: unknown)."""
+    import os
+
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    busy = total = 0
+    for cpu, (b1, t1) in after.items():
+        if cpu in mine or cpu not in before:
+            continue
+        busy += b1 - before[cpu][0]
+        total += t1 - before[cpu][1]
+    return busy / total if total > 0 else math.nan
+
+
 @dataclass(frozen=True)
 class ProtocolResult:
     """What :func:`run_protocol` found; the worker turns it into a Measurement."""
@@ -193,19 +226,31 @@ class ProtocolResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _time_rounds(prepared: _Timeable, s: ProtocolSettings, n_rounds: int,
-                 runs_per_round: int) -> list[np.ndarray]:
-    out = []
-    for _ in range(n_rounds):
-        ts = np.fromiter((prepared.time_once() for _ in range(runs_per_round)), float,
-                         count=runs_per_round)
-        out.append(ts)
-        if s.pause_ms > 0:
-            time.sleep(s.pause_ms / 1000.0)
-    return out
+def _involuntary_switches() -> int:
+    try:
+        import resource
+    except ImportError:  # not on this OS: every run counts as clean
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
-def _measure_once(prepared: _Timeable, s: ProtocolSettings) -> tuple[list[np.ndarray], int]:
+def _time_round(prepared: _Timeable, runs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Times of ``runs`` runs (ms) and whether each ran without being preempted.
+
+    A run during which the OS switched this process out involuntarily shared its core
+    with someone else: its time includes theirs. Such runs are *dirty*.
+    """
+    ts = np.empty(runs)
+    clean = np.empty(runs, dtype=bool)
+    for i in range(runs):
+        c0 = _involuntary_switches()
+        ts[i] = prepared.time_once()
+        clean[i] = _involuntary_switches() == c0
+    return ts, clean
+
+
+def _measure_once(prepared: _Timeable, s: ProtocolSettings
+                  ) -> tuple[list[np.ndarray], int, dict[str, Any]]:
     # warm-up: at least warmup_runs, at least warmup_ms of wall time
     t_end = time.perf_counter() + s.warmup_ms / 1000.0
     n, first = 0, []
@@ -220,10 +265,35 @@ def _measure_once(prepared: _Timeable, s: ProtocolSettings) -> tuple[list[np.nda
         # size rounds from the warm-up's tail: a time budget, not a fixed count
         est = max(float(np.median(first[-max(1, min(len(first), 10)):])), 1e-3)
         per_round = int(min(s.max_runs, max(s.min_runs, s.round_ms / est)))
-    rounds = _time_rounds(prepared, s, s.rounds, per_round)
-    while len(rounds) < s.max_rounds and not _settled(rounds, s.spread_threshold):
-        rounds += _time_rounds(prepared, s, 1, per_round)
-    return rounds, per_round
+    quiet: list[np.ndarray] = []
+    noisy: list[np.ndarray] = []
+    dirty_runs = total_runs = 0
+    attempts = 0
+    while attempts < s.max_rounds + s.max_noisy_rounds:
+        attempts += 1
+        ts, clean = _time_round(prepared, per_round)
+        total_runs += ts.size
+        dirty_runs += int((~clean).sum())
+        if clean.sum() * 2 >= ts.size:
+            quiet.append(ts[clean])
+        else:
+            # someone else holds the core: wait a little for them to finish, then retry
+            noisy.append(ts)
+            if len(noisy) > s.max_noisy_rounds:
+                break
+            time.sleep(s.contention_pause_ms * len(noisy) / 1000.0)
+            continue
+        if len(quiet) >= s.rounds and (len(quiet) >= s.max_rounds
+                                       or _settled(quiet, s.spread_threshold)):
+            break
+        if s.pause_ms > 0:
+            time.sleep(s.pause_ms / 1000.0)
+    info = {"noisy_rounds": len(noisy), "dirty_runs": dirty_runs, "total_runs": total_runs,
+            "quiet": len(quiet) >= s.rounds}
+    rounds = quiet if quiet else noisy
+    if len(quiet) < s.rounds:  # could not find enough quiet rounds: use all, flagged
+        rounds = quiet + noisy
+    return rounds, per_round, info
 
 
 def run_protocol(prepared: _Timeable, settings: ProtocolSettings | None = None) -> ProtocolResult:
@@ -239,9 +309,10 @@ def run_protocol(prepared: _Timeable, settings: ProtocolSettings | None = None) 
     extra: dict[str, Any] = {}
     gc_was = gc.isenabled()
     gc.disable()  # a collection in the middle of a run is noise we can avoid
+    ticks0 = _cpu_ticks()
     try:
         cal_before = calibration_ms() if s.calibrate else math.nan
-        rounds, per_round = _measure_once(prepared, s)
+        rounds, per_round, info = _measure_once(prepared, s)
         remeasured = 0
         if s.calibrate:
             cal_after = calibration_ms()
@@ -250,13 +321,17 @@ def run_protocol(prepared: _Timeable, settings: ProtocolSettings | None = None) 
                 # the machine changed speed during the job: the numbers are suspect
                 remeasured += 1
                 cal_before = calibration_ms()
-                rounds, per_round = _measure_once(prepared, s)
+                rounds, per_round, info = _measure_once(prepared, s)
                 cal_after = calibration_ms()
                 moved = abs(cal_after / cal_before - 1.0)
             extra.update(calibration_ms=min(cal_before, cal_after),
                          calibration_before_ms=cal_before, calibration_after_ms=cal_after,
                          drift=moved, drift_flag=bool(moved > s.drift_threshold))
         extra["remeasured"] = remeasured
+        extra.update(info)
+        # a diagnostic, not a filter: other cores busy during the job share caches and
+        # memory bandwidth with it, which no preemption count shows
+        extra["others_busy"] = _others_busy(ticks0, _cpu_ticks())
     finally:
         if gc_was:
             gc.enable()

@@ -580,7 +580,8 @@ def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
     tf = _tf()
     model_fn, specs, inputs = _build_function(graph, seed)
     try:
-        concrete = tf.function(model_fn, input_signature=specs).get_concrete_function()
+        concrete = tf.function(model_fn, input_signature=specs,
+                               autograph=False).get_concrete_function()
     except UnsupportedOpError:
         raise
     except (ValueError, TypeError, tf.errors.OpError) as err:

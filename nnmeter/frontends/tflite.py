@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import DynamicShapeError, InputNameError, ModelLoadError
+from nnmeter.errors import DynamicShapeError, InputNameError, ModelLoadError, NNMeterError
 from nnmeter.frontends._tflite_schema import (
     FlatbufferError, TflModel, TflOperator, TflSubgraph, TflTensor, read_model,
 )
@@ -78,7 +78,7 @@ from nnmeter.ir.ops import (
 )
 from nnmeter.ir.shapes import infer_node
 
-__all__ = ["load_tflite", "tf_same_pads", "FUSED_ACTIVATIONS", "OP_MAP"]
+__all__ = ["load_tflite", "tflite_inputs", "tf_same_pads", "FUSED_ACTIVATIONS", "OP_MAP"]
 
 logger = logging.getLogger(__name__)
 
@@ -702,6 +702,30 @@ def _resolve_shapes(buf: bytes, model: TflModel, index: int, input_names: list[s
     return shapes, notes
 
 
+def tflite_inputs(path: str | os.PathLike[str] | bytes,
+                  subgraph: int | str | None = None) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, canonical shape signature, dtype) of each input; -1 marks a dynamic dimension.
+
+    Names are those :func:`load_tflite` gives the input nodes (and accepts in
+    ``input_shapes``).
+
+    Raises
+    ------
+    ModelLoadError
+        If the file is missing or not a valid .tflite model.
+    """
+    buf, where = _read_bytes(path)
+    try:
+        model = read_model(buf)
+    except (FlatbufferError, ValueError, IndexError, OverflowError) as err:
+        raise ModelLoadError(f"{where} is not a valid .tflite model: {err}") from err
+    index, sig_in, _, _ = _choose_subgraph(model, subgraph, where)
+    sg = model.subgraphs[index]
+    return [(sig_in.get(t, _clean(sg.tensors[t].name)),
+             layout.nhwc_to_nchw_shape(sg.tensors[t].shape_signature), sg.tensors[t].dtype)
+            for t in sg.inputs]
+
+
 def load_tflite(path: str | os.PathLike[str] | bytes, *,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 subgraph: int | str | None = None) -> ModelGraph:
@@ -733,7 +757,7 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
     buf, where = _read_bytes(path)
     try:
         model = read_model(buf)
-    except FlatbufferError as err:
+    except (FlatbufferError, ValueError, IndexError, OverflowError) as err:
         raise ModelLoadError(
             f"{where} is not a valid .tflite model: {err}. Re-export it, or check that the "
             f"download is complete"
@@ -773,7 +797,16 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
                 f"{where}: operator {op.index} ({op.op_type}) reads tensors {missing} that no "
                 f"earlier operator produces; the file is corrupt or not topologically sorted"
             )
-        conv.convert(op)
+        try:
+            conv.convert(op)
+        except NNMeterError:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError,
+                OverflowError) as err:
+            raise ModelLoadError(
+                f"{where}: operator {op.index} ({op.op_type}) could not be read ({err}); the "
+                f"file is corrupt or uses a layout this reader does not know"
+            ) from err
     outputs = []
     for t in sg.outputs:
         if t in conv.refs:

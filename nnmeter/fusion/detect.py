@@ -163,13 +163,22 @@ class _Store:
         return Timing(min(lat), spread, len(lat))
 
 
-def _evaluate(case: TestCase, store: _Store, alpha: float, max_remeasure: int) -> Pattern:
+def _null_model() -> ModelGraph:
+    """The smallest model: its time is the backend's per-inference overhead."""
+    from nnmeter.ir.builder import GraphBuilder
+
+    b = GraphBuilder("null_model", (1, 1, 1, 1))
+    return b.build([b.relu(b.x, name="op1")])
+
+
+def _evaluate(case: TestCase, store: _Store, alpha: float, max_remeasure: int,
+              overhead_ms: float) -> Pattern:
     for g in case.models.values():
         store.ensure(g)
     close = False
     for attempt in range(max_remeasure + 1):
         t = {role: store.timing(g) for role, g in case.models.items()}
-        pattern, margin, noise = _decide_case(case, t, alpha)
+        pattern, margin, noise = _decide_case(case, t, alpha, overhead_ms)
         if abs(margin) >= noise:
             break
         close = True
@@ -181,15 +190,22 @@ def _evaluate(case: TestCase, store: _Store, alpha: float, max_remeasure: int) -
     return Pattern(**{**pattern, "close": close})
 
 
-def _decide_case(case: TestCase, t: dict[str, Timing],
-                 alpha: float) -> tuple[dict[str, Any], float, float]:
-    """(pattern fields, decision margin in ms, noise in ms) of one case."""
+def _decide_case(case: TestCase, t: dict[str, Timing], alpha: float,
+                 overhead_ms: float = 0.0) -> tuple[dict[str, Any], float, float]:
+    """(pattern fields, decision margin in ms, noise in ms) of one case.
+
+    ``extra.fused_net_of_overhead`` (pairs only, informational) repeats the decision
+    with the backend's per-inference overhead removed from the saving: T1 and T2 each
+    pay it once, T12 once in all. The decision itself is the plain rule.
+    """
     times = {role: tm.as_dict() for role, tm in t.items()}
     base = {"name": case.name, "kind": case.kind, "ops": case.ops, "times_ms": times}
     if case.kind == "pair":
         d = decide_pair(t["op1"], t["op2"], t["block"], alpha)
+        net = d.saving_ms - overhead_ms > d.threshold_ms
         return ({**base, "fused": d.fused, "saving_ms": round(d.saving_ms, 6),
-                 "threshold_ms": round(d.threshold_ms, 6)},
+                 "threshold_ms": round(d.threshold_ms, 6),
+                 "extra": {"fused_net_of_overhead": net}},
                 d.saving_ms - d.threshold_ms, d.noise_ms)
     if case.kind == "block":
         parts = [tm for role, tm in t.items() if role.startswith("part:")]
@@ -209,6 +225,11 @@ def _decide_case(case: TestCase, t: dict[str, Timing],
                 f"{branch}+{join}": L["branch"] + L["branch+join"]}
     else:
         raise ValueError(f"unknown test-case kind {case.kind!r}")
+    # each separately measured model pays the per-inference overhead once; the
+    # measured model pays it once in all, so a hypothesis summing k models is k-1
+    # overheads too high
+    n_models = {"none": 3}
+    hyps = {h: v - (n_models.get(h, 2) - 1) * overhead_ms for h, v in hyps.items()}
     measured = L["block"]
     ranked = sorted(hyps, key=lambda h: (abs(hyps[h] - measured), h))
     chosen = ranked[0]
@@ -216,7 +237,7 @@ def _decide_case(case: TestCase, t: dict[str, Timing],
     margin = abs(hyps[ranked[1]] - measured) - abs(hyps[chosen] - measured)
     noise = _noise(t.values())
     extra = {"hypotheses_ms": {h: round(v, 6) for h, v in hyps.items()}, "chosen": chosen,
-             "measured_ms": round(measured, 6)}
+             "measured_ms": round(measured, 6), "overhead_ms": round(overhead_ms, 6)}
     return ({**base, "fused": chosen != "none", "extra": extra,
              "saving_ms": round(hyps["none"] - measured, 6)}, margin, noise)
 
@@ -283,11 +304,15 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     patterns: list[Pattern] = []
     failed: list[dict[str, str]] = []
     t0 = time.perf_counter()
+    overhead_ms = 0.0
     try:
+        null = _null_model()
+        store.ensure(null)
+        overhead_ms = store.timing(null).latency_ms
         for case in tqdm(cases, desc=f"detect-fusion {backend_id}", disable=not progress,
                          unit="case"):
             try:
-                patterns.append(_evaluate(case, store, alpha, max_remeasure))
+                patterns.append(_evaluate(case, store, alpha, max_remeasure, overhead_ms))
             except MeasurementError as err:
                 logger.warning("%s: %s", case.name, err)
                 failed.append({"name": case.name, "error": str(err)[:500]})
@@ -306,7 +331,7 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     )
     data = rules.to_dict()
     data["failed"] = failed
-    data["detection"] = {"cases": len(cases), "measurements": store.fresh,
+    data["detection"] = {"overhead_ms": round(overhead_ms, 6), "cases": len(cases), "measurements": store.fresh,
                          "wall_s": round(time.perf_counter() - t0, 1),
                          "protocol": kw}
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import UnknownNameError
 from nnmeter.ir.cost import bytes_per_element, node_cost
 from nnmeter.ir.graph import ModelGraph, Node
 from nnmeter.registry import Registry

@@ -17,7 +17,6 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from nnmeter.ir.builder import GraphBuilder, same_pads
 from nnmeter.ir.graph import Node, Ref

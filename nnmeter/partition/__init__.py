@@ -10,9 +10,11 @@ backend's fusion rules allow:
 2. From each node not yet in a kernel (graph inputs never are), the kernel grows to one
    consumer ``c`` of its last node ``t`` when all of these hold:
 
-   - ``rules.fuses(op(t), op(c))`` (``identity`` always fuses; ``flatten`` is looked up
-     as ``reshape``, so a reshape the backend elides joins the kernel that produced its
-     input);
+   - ``rules.fuses(op(t), op(c))``, or ``rules.fuses(head, op(c))`` when every op after
+     the kernel's head fuses into the head (``conv-bn`` then ``relu`` follows the
+     conv → relu rule, since the bn was folded into the conv); ``identity`` always
+     fuses; ``flatten`` is looked up as ``reshape``, so a reshape the backend elides
+     joins the kernel that produced its input;
    - the grown op sequence is a known kernel type (:func:`~nnmeter.kernels.kernel_type_of`
      is not ``other``), so every kernel has a type with a feature function;
    - if ``t``'s output has several consumers (or is also a graph output), the rules say
@@ -54,7 +56,8 @@ _BINARY = ("add", "mul", "concat", "sub", "div", "matmul")
 
 
 class _State:
-    """Node → kernel assignment during partitioning."""
+    """Node → kernel assignment during partitioning, with the quotient graph (kernels
+    contracted to one vertex each) kept up to date for cycle checks."""
 
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
@@ -63,26 +66,47 @@ class _State:
         self.kernel_of: dict[str, int] = {}
         self.members: list[list[str]] = []
         self.types: list[str | None] = []
-        self.has_blocks = False
+        self.q: nx.DiGraph = nx.DiGraph(graph.nx.edges)
+        self.q.add_nodes_from(graph.nx.nodes)
+
+    def _contract(self, name: str, kid: int) -> None:
+        k = ("kernel", kid)
+        self.q.add_node(k)
+        for p in list(self.q.predecessors(name)):
+            if p != k:
+                self.q.add_edge(p, k)
+        for c in list(self.q.successors(name)):
+            if c != k:
+                self.q.add_edge(k, c)
+        self.q.remove_node(name)
+        self.kernel_of[name] = kid
 
     def new(self, names: list[str], type_name: str | None = None) -> int:
         kid = len(self.members)
         self.members.append(list(names))
         self.types.append(type_name)
         for n in names:
-            self.kernel_of[n] = kid
+            self._contract(n, kid)
         return kid
 
-    def quotient(self, extra: tuple[str, int] | None = None) -> nx.DiGraph:
-        group = dict(self.kernel_of)
-        if extra:
-            group[extra[0]] = extra[1]
-        q = nx.DiGraph()
-        for u, v in self.graph.nx.edges:
-            gu, gv = group.get(u, u), group.get(v, v)
-            if gu != gv:
-                q.add_edge(gu, gv)
-        return q
+    def add(self, kid: int, name: str) -> None:
+        self.members[kid].append(name)
+        self._contract(name, kid)
+
+    def group(self, name: str) -> Any:
+        kid = self.kernel_of.get(name)
+        return name if kid is None else ("kernel", kid)
+
+    def merge_makes_cycle(self, kid: int, c: str) -> bool:
+        """True when putting ``c`` into kernel ``kid`` would close a cycle: some other
+        producer of ``c`` is reachable from the kernel (never through ``c`` itself,
+        since a producer of ``c`` cannot descend from ``c``)."""
+        k = ("kernel", kid)
+        targets = {self.group(p) for p in self.graph.predecessors(c)} - {k}
+        if not targets:
+            return False
+        reach = nx.descendants(self.q, k)
+        return bool(targets & reach)
 
 
 def _rule_tail_op(graph: ModelGraph, members: list[str]) -> str:
@@ -108,12 +132,18 @@ def _next_member(state: _State, kid: int, rules: Any) -> str | None:
     if (len(consumers) > 1 or is_output) and not rules.multi_consumer_fuses(tail_op):
         return None
     ops = tuple(g.node(n).op for n in members)
+    core = [o for o in ops if o != "identity"]
+    # ops the head absorbed (conv <- bn folded, conv <- relu) make the head the op the
+    # next one fuses with: conv-bn -> relu follows the conv -> relu rule
+    rule_ops = [tail_op]
+    if len(core) > 1 and all(rules.fuses(core[0], o) for o in core[1:]):
+        rule_ops.append(core[0])
     for c in consumers:
         if c in state.kernel_of:
             continue
         cnode = g.node(c)
         if cnode.op != "identity":
-            if not rules.fuses(tail_op, cnode.op):
+            if not any(rules.fuses(o, cnode.op) for o in rule_ops):
                 continue
             if kernel_type_of(ops + (cnode.op,)) == "other":
                 continue
@@ -121,9 +151,8 @@ def _next_member(state: _State, kid: int, rules: Any) -> str | None:
         computed = [p for p in outside if g.node(p).op != "input"]
         if computed and cnode.op in _BINARY and not rules.multi_input_fuses(cnode.op):
             continue
-        if computed or state.has_blocks:
-            if not nx.is_directed_acyclic_graph(state.quotient((c, kid))):
-                continue
+        if outside and state.merge_makes_cycle(kid, c):
+            continue
         return c
     return None
 
@@ -185,7 +214,6 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
     for block, names in match_blocks(graph):
         if rules.block_fused(block):
             state.new(list(names), block)
-            state.has_blocks = True
     for name in state.order:
         if name in state.kernel_of or graph.node(name).op == "input":
             continue
@@ -194,8 +222,7 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
             nxt = _next_member(state, kid, rules)
             if nxt is None:
                 break
-            state.members[kid].append(nxt)
-            state.kernel_of[nxt] = kid
+            state.add(kid, nxt)
     kernels = []
     for names, tname in zip(state.members, state.types):
         names_sorted = sorted(names, key=state.pos.__getitem__)

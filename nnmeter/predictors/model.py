@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from nnmeter.errors import PredictorError
+from nnmeter.ir.graph import ModelGraph
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
            "fallback_features", "FALLBACK_KEY"]
@@ -178,6 +179,7 @@ class LatencyPredictor:
         self.device = device
         self.meta = dict(meta or {})
         self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray]] = {}
+        self._partition_cache: dict[Any, list[Any]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
 
     def __repr__(self) -> str:
@@ -210,10 +212,23 @@ class LatencyPredictor:
         return hit
 
     def kernels(self, graph: Any) -> list[Any]:
-        """The graph's kernels under this backend's fusion rules."""
+        """The graph's kernels under this backend's fusion rules (memoised per graph
+        structure, so re-predicting a graph in a NAS loop skips partitioning)."""
         from nnmeter.partition import partition
 
-        return partition(graph, self.rules)
+        try:
+            sig = (tuple(graph.nx.nodes[n]["node"] for n in graph.nx), tuple(graph.outputs))
+            hit = self._partition_cache.get(sig)
+        except TypeError:  # unhashable attributes: no memo
+            sig, hit = None, None
+        if hit is not None:
+            return hit
+        kernels = partition(_frozen(graph), self.rules)
+        if sig is not None:
+            if len(self._partition_cache) > 4096:
+                self._partition_cache.clear()
+            self._partition_cache[sig] = kernels
+        return kernels
 
     def _estimate(self, kernels_per_graph: Sequence[Sequence[Any]]) -> list[list[tuple[float, str, np.ndarray]]]:
         """Batch every kernel of every graph by estimator; one predict call per estimator."""
@@ -300,9 +315,35 @@ class LatencyPredictor:
         return self._device_check
 
 
-def _as_graph(model: Any) -> Any:
-    from nnmeter.ir.graph import ModelGraph
+class _FrozenGraph(ModelGraph):
+    """A ModelGraph that computes its topological order once (never mutate it).
 
+    Partitioning asks for the order hundreds of times on a graph it does not change;
+    networkx recomputes it each time, which was the bulk of partition time.
+    """
+
+    _order_cache: list[str] | None = None
+    _nodes_cache: list[Any] | None = None
+
+    def topological_order(self) -> list[str]:
+        if self._order_cache is None:
+            self._order_cache = ModelGraph.topological_order(self)
+        return list(self._order_cache)
+
+    def topological_nodes(self) -> list[Any]:
+        if self._nodes_cache is None:
+            self._nodes_cache = ModelGraph.topological_nodes(self)
+        return list(self._nodes_cache)
+
+
+def _frozen(graph: ModelGraph) -> ModelGraph:
+    """A private copy of ``graph`` with a cached topological order."""
+    g = graph.copy()
+    g.__class__ = _FrozenGraph
+    return g
+
+
+def _as_graph(model: Any) -> Any:
     if isinstance(model, ModelGraph):
         return model
     from nnmeter.frontends import load_model

@@ -12,9 +12,15 @@ All regressors learn ``log(latency_ms)`` by default (``log_target=True``) and pr
 ``exp`` of the learned value. Kernel latencies span four orders of magnitude and the
 accuracy we are judged on is *relative* (±10 %); a squared loss in log space weights a
 10 % miss on a 0.01 ms kernel like a 10 % miss on a 10 ms one, which raises ±10 %
-accuracy on small kernels (measured by ``experiments/kernel_accuracy.py``). Tree splits
-are invariant to monotone feature transforms, so features stay as the kernel type's
-single feature function gives them.
+accuracy on small kernels. Tree splits are invariant to monotone feature transforms,
+so features stay as the kernel type's single feature function gives them.
+
+With ``norm_feature`` set to the column of the kernel's work (FLOPs, or bytes for
+memory-bound kernels), the trees learn ``log(latency) − log(1 + work)``: log time per
+unit of work. A forest cannot extrapolate its target beyond the values it saw; time per
+FLOP stays in a narrow band beyond the sampled range, where raw latency does not, so
+kernels larger than any measured one (VGG's first convolutions) are still predicted
+sensibly. The predictor's trainer sets it from the feature names.
 
 Default hyper-parameters per kernel type (random forest, ``RandomForestKernelRegressor``)
 -----------------------------------------------------------------------------------------
@@ -130,7 +136,7 @@ class KernelRegressor:
     """
 
     log_target: bool = True
-    _state_keys: tuple[str, ...] = ()
+    norm_feature: int | None = None
 
     @classmethod
     def _param_names(cls) -> list[str]:
@@ -167,9 +173,19 @@ class KernelRegressor:
         if self.log_target and np.any(y <= 0):
             raise ValueError("log_target needs positive latencies; got a value <= 0 ms")
         t = np.log(y) if self.log_target else y
+        t = t - self._offset(X)
         self._fit(X, t)
         self.n_features_in_ = X.shape[1]
         return self
+
+    def _offset(self, X: np.ndarray) -> np.ndarray | float:
+        """log1p of the normalising feature (work), subtracted from the log target."""
+        norm = getattr(self, "norm_feature", None)
+        if norm is None or not self.log_target:
+            return 0.0
+        if not 0 <= norm < X.shape[1]:
+            raise ValueError(f"norm_feature={norm} but X has {X.shape[1]} features")
+        return np.log1p(np.maximum(X[:, norm], 0.0))
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted latency in ms for each row of ``X``."""
@@ -178,7 +194,7 @@ class KernelRegressor:
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features but {type(self).__name__} was "
                              f"fitted with {self.n_features_in_}")
-        t = self._predict(X)
+        t = self._predict(X) + self._offset(X)
         return np.exp(t) if self.log_target else t
 
     # -- subclass hooks --------------------------------------------------------
@@ -208,18 +224,23 @@ class RandomForestKernelRegressor(KernelRegressor):
         As in :class:`sklearn.ensemble.RandomForestRegressor`.
     log_target : bool
         Learn log latency (see the module docstring).
+    norm_feature : int, optional
+        Column of the work feature (FLOPs or bytes) to learn ``log(latency /
+        (1 + work))`` instead (see the module docstring).
     random_state : int
         Seed; training is deterministic for a seed.
     """
 
     def __init__(self, *, n_estimators: int = 200, max_depth: int | None = 30,
                  max_features: float | str | None = 1.0, min_samples_leaf: int = 1,
-                 log_target: bool = True, random_state: int = 0) -> None:
+                 log_target: bool = True, norm_feature: int | None = None,
+                 random_state: int = 0) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.max_features = max_features
         self.min_samples_leaf = min_samples_leaf
         self.log_target = log_target
+        self.norm_feature = norm_feature
         self.random_state = random_state
 
     def _fit(self, X: np.ndarray, t: np.ndarray) -> None:
@@ -258,12 +279,14 @@ class LightGBMKernelRegressor(KernelRegressor):
 
     def __init__(self, *, n_estimators: int = 400, num_leaves: int = 31,
                  learning_rate: float = 0.05, min_child_samples: int = 3,
-                 log_target: bool = True, random_state: int = 0) -> None:
+                 log_target: bool = True, norm_feature: int | None = None,
+                 random_state: int = 0) -> None:
         self.n_estimators = n_estimators
         self.num_leaves = num_leaves
         self.learning_rate = learning_rate
         self.min_child_samples = min_child_samples
         self.log_target = log_target
+        self.norm_feature = norm_feature
         self.random_state = random_state
 
     def _fit(self, X: np.ndarray, t: np.ndarray) -> None:

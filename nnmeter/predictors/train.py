@@ -22,7 +22,7 @@ from nnmeter.predictors.model import (
 )
 from nnmeter.predictors.regressors import LinearKernelRegressor, make_regressor
 
-__all__ = ["load_kernel_data", "train_predictor", "KernelData"]
+__all__ = ["load_kernel_data", "train_predictor", "KernelData", "work_feature"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,15 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
     return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
 
 
+def work_feature(kernel_type: Any) -> int | None:
+    """Index of the kernel's work feature (FLOPs, else bytes, else elements), or None."""
+    names = tuple(getattr(kernel_type, "feature_names", ()))
+    for name in ("FLOPs", "bytes", "elements"):
+        if name in names:
+            return names.index(name)
+    return None
+
+
 def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
                     settings: PredictorSettings | None = None) -> LatencyPredictor:
     """Train every regressor of a predictor from the dataset in ``dataset_dir``.
@@ -100,8 +109,9 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     regressors: dict[str, Any] = {}
     counts: dict[str, int] = {}
 
-    def fit(kind: str, X: np.ndarray, y: np.ndarray) -> Any:
-        params = dict(settings.overrides.get(kind, {}))
+    def fit(kind: str, member: str, X: np.ndarray, y: np.ndarray) -> Any:
+        params = {"norm_feature": work_feature(KERNEL_TYPES.get(member))}
+        params.update(settings.overrides.get(kind, {}))
         return make_regressor(kind, settings.regressor, random_state=settings.seed,
                               **params).fit(X, y)
 
@@ -109,7 +119,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     for t, d in sorted(data.items()):
         counts[t] = len(d)
         if len(d) >= settings.min_type_samples:
-            regressors[f"type:{t}"] = fit(t, d.X, d.y)
+            regressors[f"type:{t}"] = fit(t, t, d.X, d.y)
         fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
         families.setdefault(fam, []).append(d)
     for fam, members in sorted(families.items()):
@@ -123,7 +133,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
             continue
         X = np.vstack([m.X for m in members])
         y = np.concatenate([m.y for m in members])
-        regressors[f"family:{fam}"] = fit(fam, X, y)
+        regressors[f"family:{fam}"] = fit(fam, members[0].kernel_type, X, y)
     fbX = np.vstack([d.fb for d in data.values()])
     fby = np.concatenate([d.y for d in data.values()])
     regressors[FALLBACK_KEY] = LinearKernelRegressor(log_features=True, log_target=True).fit(

@@ -11,24 +11,51 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from nnmeter.sampling.prior import KernelPrior, config_key
 
-__all__ = ["sample_initial"]
+__all__ = ["sample_initial", "iter_initial"]
 
 logger = logging.getLogger(__name__)
 
 
+def iter_initial(prior: KernelPrior, *, seed: int = 0,
+                 exclude: Iterable[dict[str, Any]] = (),
+                 accept: Callable[[dict[str, Any]], bool] | None = None,
+                 batch: int = 64, patience: int = 20) -> Iterator[dict[str, Any]]:
+    """Distinct configurations from ``prior``, lazily, in a fixed order for a seed.
+
+    The sequence does not depend on how many items are taken, so ``n`` items are
+    always a prefix of ``n + k`` items (a resumed build sees the same list). It ends
+    after ``patience`` batches in a row bring nothing new (a small space is exhausted).
+    """
+    rng = np.random.default_rng(seed)
+    taken = {config_key(c) for c in exclude}
+    dry = 0
+    while dry < patience:
+        fresh = 0
+        for cfg in prior.sample(batch, rng):
+            key = config_key(cfg)
+            if key in taken:
+                continue
+            taken.add(key)
+            if accept is not None and not accept(cfg):
+                continue
+            fresh += 1
+            yield cfg
+        dry = 0 if fresh else dry + 1
+
+
 def sample_initial(prior: KernelPrior, n: int, *, seed: int = 0,
                    exclude: Iterable[dict[str, Any]] = (),
-                   accept: Callable[[dict[str, Any]], bool] | None = None,
-                   max_tries: int = 50) -> list[dict[str, Any]]:
-    """Up to ``n`` distinct configurations drawn from ``prior``.
+                   accept: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """Up to ``n`` distinct configurations drawn from ``prior`` (see :func:`iter_initial`).
 
     Parameters
     ----------
@@ -42,24 +69,8 @@ def sample_initial(prior: KernelPrior, n: int, *, seed: int = 0,
     accept : callable, optional
         A filter, e.g. a cap on FLOPs, so that the budget is not spent on kernels that
         no real model runs.
-    max_tries : int
-        Draw at most ``max_tries * n`` candidates in all.
     """
-    rng = np.random.default_rng(seed)
-    taken = {config_key(c) for c in exclude}
-    out: list[dict[str, Any]] = []
-    drawn = 0
-    while len(out) < n and drawn < max_tries * max(n, 1):
-        batch = prior.sample(max(2 * (n - len(out)), 8), rng)
-        drawn += len(batch)
-        for cfg in batch:
-            key = config_key(cfg)
-            if key in taken or (accept is not None and not accept(cfg)):
-                continue
-            taken.add(key)
-            out.append(cfg)
-            if len(out) == n:
-                break
+    out = list(itertools.islice(iter_initial(prior, seed=seed, exclude=exclude, accept=accept), n))
     if len(out) < n:
         logger.info("%s: only %d distinct configurations found of %d asked",
                     prior.kernel_type, len(out), n)

@@ -51,6 +51,12 @@ def is_channel_field(name: str) -> bool:
     return low in ("c", "c1", "c2", "n_in", "n_out") or any(h in low for h in _CHANNEL_HINTS)
 
 
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
 def config_key(config: dict[str, Any]) -> str:
     """A canonical, hashable key of a config dict (for deduplication)."""
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
@@ -126,7 +132,7 @@ class KernelPrior:
         ValueError
             If ``configs`` is empty or the configs do not share the same fields.
         """
-        configs = [dict(c) for c in configs]
+        configs = [{k: _hashable(v) for k, v in c.items()} for c in configs]
         if not configs:
             raise ValueError(f"no configurations for kernel type {kernel_type!r}; the prior "
                              f"needs at least one real configuration")
@@ -180,17 +186,22 @@ class KernelPrior:
         """``n`` configurations (may repeat; see :func:`~nnmeter.sampling.initial.sample_initial`)."""
         w = np.asarray(self.choice_weights, dtype=np.float64)
         picks = rng.choice(len(self.choice_tuples), size=n, p=w / w.sum())
-        out = []
-        for i in picks:
-            cfg = dict(zip(self.choice_fields, self.choice_tuples[int(i)]))
-            ctx = cfg.get(self.context_field) if self.context_field else None
-            for group in self.ties:
+        cfgs = [dict(zip(self.choice_fields, self.choice_tuples[int(i)])) for i in picks]
+        for group in self.ties:
+            # one vectorised draw per (context, histogram) for speed
+            by_hist: dict[int, list[int]] = {}
+            hists: dict[int, ChannelHistogram] = {}
+            for j, cfg in enumerate(cfgs):
+                ctx = cfg.get(self.context_field) if self.context_field else None
                 hist = self.context_histograms.get((ctx, group[0]), self.histograms[group[0]])
-                value = int(hist.sample(1, rng)[0])
-                for f in group:
-                    cfg[f] = value
-            out.append({f: cfg[f] for f in self.fields})
-        return out
+                by_hist.setdefault(id(hist), []).append(j)
+                hists[id(hist)] = hist
+            for hid, members in by_hist.items():
+                values = hists[hid].sample(len(members), rng)
+                for j, v in zip(members, values):
+                    for f in group:
+                        cfgs[j][f] = int(v)
+        return [{f: cfg[f] for f in self.fields} for cfg in cfgs]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (the inverse is :meth:`from_dict`)."""

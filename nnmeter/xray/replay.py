@@ -21,6 +21,7 @@ itself on another backend (``litert-cpu-ref``: TFLite's reference kernels).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import pathlib
 from collections.abc import Callable, Sequence
@@ -156,8 +157,6 @@ def load_function(spec: str) -> Preprocess:
         raise XRayError(f"{spec!r} is not module:function; write e.g. mypkg.prep:preprocess")
     try:
         if mod_name.endswith(".py"):
-            import importlib.util
-
             path = pathlib.Path(mod_name)
             module_spec = importlib.util.spec_from_file_location(path.stem, path)
             if module_spec is None or module_spec.loader is None:

@@ -6,7 +6,8 @@ op type. :func:`prior_histograms` turns those lists into 40-bin histograms that 
 kernel sampler draws from by inverse CDF. Nothing here is a hand-copied table; the
 figures are whatever the zoo's graphs contain.
 
-Fields per op type (H, W are the input's spatial size; 1 for rank-2 tensors):
+Fields per op type (H, W and C describe the first input; H, W are 1 for rank-2
+tensors):
 
 - conv: H, W, CIN, COUT, K, S, groups
 - dwconv: H, C, K, S
@@ -81,8 +82,9 @@ def _record(node: Node) -> dict[str, Any] | None:
         return {"H": h, "C": x[1], "K": a.kernel[0], "S": a.stride[0]}
     if op == "concat":
         return {"H": h, "C": [s[1] for s in node.input_shapes]}
-    out = node.output_shapes[0]
-    return {"H": _hw(out)[0], "C": out[1] if len(out) > 1 else 1}
+    # H and C of the (first) input: for gap that is the map it averages, never 1; for
+    # an SE multiply it is the feature map, not the (N, C, 1, 1) gate.
+    return {"H": h, "C": x[1] if len(x) > 1 else 1}
 
 
 def graph_prior(graph: ModelGraph) -> dict[str, list[dict[str, Any]]]:

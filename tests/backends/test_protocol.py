@@ -7,9 +7,16 @@ import itertools
 import numpy as np
 import pytest
 
+from nnmeter.backends import protocol as protocol_mod
 from nnmeter.backends.protocol import (
     STATISTICS, Job, ProtocolSettings, calibration_ms, run_protocol, spread_of, summarise,
 )
+
+@pytest.fixture(autouse=True)
+def no_preemption(monkeypatch):
+    """Real preemption on a busy machine would make these tests flaky: pretend none."""
+    monkeypatch.setattr(protocol_mod, "_involuntary_switches", lambda: 0)
+
 
 FAST = dict(warmup_ms=0, warmup_runs=1, pause_ms=0, calibrate=False)
 
@@ -78,3 +85,36 @@ def test_settings_and_job_round_trip():
         ProtocolSettings.from_dict({"roundz": 3})
     with pytest.raises(ValueError, match="statistic"):
         ProtocolSettings(statistic="average")
+
+
+def test_preempted_rounds_are_set_aside_and_retried(monkeypatch):
+    # every run of the first two rounds is preempted (switch count moves during it)
+    calls = itertools.count()
+    state = {"dirty": True}
+    monkeypatch.setattr(protocol_mod, "_involuntary_switches",
+                        lambda: next(calls) if state["dirty"] else 0)
+    fake = Fake([1.0])
+    s = ProtocolSettings(rounds=2, runs=4, contention_pause_ms=0, **FAST)
+    orig = protocol_mod._time_round
+
+    def counting(prepared, runs):
+        out = orig(prepared, runs)
+        counting.n += 1
+        if counting.n >= 2:
+            state["dirty"] = False
+        return out
+
+    counting.n = 0
+    monkeypatch.setattr(protocol_mod, "_time_round", counting)
+    r = run_protocol(fake, s)
+    assert r.extra["noisy_rounds"] == 2 and r.extra["quiet"] is True
+    assert r.rounds == 2 and r.extra["dirty_runs"] == 8 and r.extra["total_runs"] == 16
+
+
+def test_all_rounds_preempted_falls_back_and_flags(monkeypatch):
+    calls = itertools.count()
+    monkeypatch.setattr(protocol_mod, "_involuntary_switches", lambda: next(calls))
+    s = ProtocolSettings(rounds=2, runs=3, max_noisy_rounds=3, contention_pause_ms=0, **FAST)
+    r = run_protocol(Fake([2.0]), s)
+    assert r.extra["quiet"] is False and r.extra["noisy_rounds"] == 4
+    assert r.latency_ms == 2.0 and r.runs == 12

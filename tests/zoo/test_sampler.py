@@ -30,7 +30,7 @@ def test_name_format():
     int(h, 16)
 
 
-def test_dedupe_in_a_small_space(monkeypatch):
+def test_dedupe_in_a_small_space():
     # NAS-Bench-201 has 15,625 cells; ask for many from one seed: all distinct.
     vs = sample_variants("nasbench201", 300, seed=0)
     assert len({v.config.cell for v in vs}) == 300

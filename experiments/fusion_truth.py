@@ -1,0 +1,126 @@
+"""Check detected fusion rules against what each runtime really executes.
+
+For every tested pattern of ``fusion_rules/<backend>.json`` the pattern's model
+(op1 -> op2, or the multi-output / multi-input / block model) is profiled on the
+backend; the runtime's truth is "fused" when one executed node covers nodes of both
+op1 and op2 (multi-output: the producer and a consumer; multi-input: a branch and the
+join; block: two or more of the block's ops). Prints one row per disagreement and the
+agreement per backend, for the rule's decision and, for pairs, for the same decision
+net of the per-inference overhead (``extra.fused_net_of_overhead``).
+
+Run (one backend at a time, under the measurement lock)::
+
+    flock /tmp/nnmeter-measure.lock .venv/bin/python experiments/fusion_truth.py \
+        --backend ort-cpu --backend openvino-cpu --backend mnn-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nnmeter.backends import Profiler  # noqa: E402
+from nnmeter.fusion import TestShapes, build_testcases, load_rules  # noqa: E402
+
+
+def ir_names(covers, names: set[str]) -> set[str]:
+    """Map runtime-reported original node names back to IR node names (prefix match
+    for IR ops that export to several nodes)."""
+    out = set()
+    for c in covers:
+        if c in names:
+            out.add(c)
+            continue
+        best = max((n for n in names if c.startswith(n) and c[len(n):len(n) + 1] in "_/:."),
+                   key=len, default=None)
+        if best:
+            out.add(best)
+    return out
+
+
+def truth_of(case, executed) -> bool:
+    g = case.models["block"]
+    names = {n.name for n in g.topological_nodes() if n.op != "input"}
+    groups = [ir_names(e.covers, names) for e in executed]
+    if case.kind == "pair":
+        return any({"op1", "op2"} <= s for s in groups)
+    if case.kind == "multi_output":
+        return any("op1" in s and s & {"op2", "op3"} for s in groups)
+    if case.kind == "multi_input":
+        return any("op3" in s and s & {"op1", "op2"} for s in groups)
+    return any(len(s) >= 2 for s in groups)
+
+
+def run_backend(backend: str) -> dict:
+    rules = load_rules(backend)
+    shapes = TestShapes(**{k: v for k, v in rules.shapes.items()
+                           if k in TestShapes.__dataclass_fields__})
+    cases = {c.name: c for c in build_testcases(shapes)}
+    rows = []
+    with Profiler(backend) as prof:
+        for p in rules.patterns:
+            case = cases.get(p.name)
+            if case is None:
+                continue
+            try:
+                executed = prof.profile(case.models["block"], runs=3)
+            except (NotImplementedError, RuntimeError) as err:
+                rows.append({"name": p.name, "kind": p.kind, "error": str(err)[:200]})
+                continue
+            truth = truth_of(case, executed)
+            rows.append({
+                "name": p.name, "kind": p.kind, "decision": p.fused, "truth": truth,
+                "agree": p.fused == truth, "close": p.close,
+                "net": p.extra.get("fused_net_of_overhead"),
+                "saving_ms": p.saving_ms, "threshold_ms": p.threshold_ms,
+                "executed": [f"{e.op_type}[{','.join(e.covers)}]" for e in executed
+                             if e.covers],
+            })
+    ok = [r for r in rows if "error" not in r]
+    pairs = [r for r in ok if r["kind"] == "pair"]
+    summary = {
+        "backend": backend, "patterns": len(ok), "errors": len(rows) - len(ok),
+        "agree": sum(r["agree"] for r in ok),
+        "agreement": round(sum(r["agree"] for r in ok) / max(1, len(ok)), 4),
+        "pairs_agreement_net_of_overhead": round(
+            sum(r["net"] == r["truth"] for r in pairs) / max(1, len(pairs)), 4),
+        "truth_fused": sum(r["truth"] for r in ok), "decided_fused": sum(r["decision"] for r in ok),
+        "disagreements_close": sum(1 for r in ok if not r["agree"] and r["close"]),
+    }
+    return {"summary": summary, "rows": rows}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", action="append", default=None)
+    ap.add_argument("--json", metavar="FILE", help="also write all rows to FILE")
+    args = ap.parse_args()
+    results = {}
+    for backend in args.backend or ["ort-cpu", "openvino-cpu", "mnn-cpu"]:
+        res = run_backend(backend)
+        results[backend] = res
+        s = res["summary"]
+        print(f"== {backend}: {s['agree']}/{s['patterns']} agree ({100 * s['agreement']:.1f} %); "
+              f"pairs net of overhead {100 * s['pairs_agreement_net_of_overhead']:.1f} %; "
+              f"runtime fused {s['truth_fused']}, detector fused {s['decided_fused']}, "
+              f"disagreements within noise {s['disagreements_close']}, errors {s['errors']}")
+        for r in res["rows"]:
+            if "error" in r:
+                print(f"   ERROR {r['name']}: {r['error']}")
+            elif not r["agree"]:
+                print(f"   {r['name']:24s} detector={'fused' if r['decision'] else 'split'} "
+                      f"runtime={'fused' if r['truth'] else 'split'} close={r['close']} "
+                      f"saving={r['saving_ms']} thr={r['threshold_ms']} net={r['net']} "
+                      f"exec={r['executed'][:4]}")
+        sys.stdout.flush()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

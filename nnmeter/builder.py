@@ -1,0 +1,406 @@
+"""Build a latency predictor for a backend: detect → sample → profile → train, resumable.
+
+:func:`build_predictor` runs, for one backend id:
+
+1. fusion-rule detection if ``fusion_rules/<backend>.json`` is missing
+   (:func:`nnmeter.fusion.detect_fusion`);
+2. the kernel-configuration prior: zoo variants partitioned with those rules, so the
+   prior is over the *kernel types the backend really runs* (``conv-bn-relu``...);
+3. per kernel type, by importance (share of zoo kernels, conv and dwconv weighted up):
+   initial configurations from the prior, profiled one by one through one long-lived
+   :class:`~nnmeter.backends.Profiler`, then adaptive step-point rounds
+   (:mod:`nnmeter.sampling.adaptive`) while the type's share of the budget lasts;
+4. training (and caching) the predictor.
+
+Every measurement is appended to ``datasets/kernels/<dataset>/<kernel-type>.jsonl``
+as soon as it is made; rerunning resumes (the initial list is deterministic, measured
+configurations are skipped, rounds continue from the log). Datasets never mix device
+fingerprints (:class:`~nnmeter.errors.FingerprintMismatchError`).
+
+Examples
+--------
+>>> result = build_predictor("ort-cpu", budget_minutes=15)        # doctest: +SKIP
+>>> result.types["conv-bn-relu"]["samples"]                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import BackendError, FusionRulesError, MeasurementError, UnsupportedOpError
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.sampling.adaptive import Sample, run_adaptive
+from nnmeter.sampling.initial import iter_initial
+from nnmeter.sampling.prior import KernelPrior, config_key
+
+__all__ = ["build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
+           "profile_configs"]
+
+logger = logging.getLogger(__name__)
+
+#: importance multipliers of kernel families (nn-Meter shipped ~2x conv samples)
+FAMILY_WEIGHT = {"conv": 3.0, "dwconv": 2.0, "fc": 1.0}
+#: kernels above this many FLOPs are not sampled (seconds per run; no real layer of the zoo
+#: at batch 1 comes close)
+MAX_KERNEL_FLOPS = 8e9
+DEFAULT_PROTOCOL = {"rounds": 4, "round_ms": 20.0}
+
+
+@dataclass
+class BuildResult:
+    """Outcome of a build: per kernel type the samples, held-out accuracy and minutes."""
+
+    backend_id: str
+    dataset_dir: str
+    types: dict[str, dict[str, Any]] = field(default_factory=dict)
+    minutes: float = 0.0
+    measurements: int = 0
+    stopped_by_budget: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
+                "types": self.types, "minutes": self.minutes,
+                "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget}
+
+
+def kernel_prior_from_zoo(rules: Any, *, n_per_family: int = 8, seed: int = 0,
+                          families: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Kernel configurations (as dicts) per kernel type, from zoo variants partitioned
+    with ``rules``. Duplicates are kept: they carry the frequencies."""
+    from nnmeter import zoo
+    from nnmeter.partition import partition
+
+    names = list(families) if families is not None else list(zoo.FAMILY_NAMES)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        variants = [zoo.base_variant(name)] + list(zoo.sample_variants(name, n_per_family, seed))
+        for v in variants:
+            graph = v.build()
+            for k in partition(graph, rules):
+                if k.type == "other":
+                    continue
+                out.setdefault(k.type, []).append(k.kernel_type.config_to_dict(k.config))
+    return dict(sorted(out.items()))
+
+
+def importance_weights(configs: dict[str, list[dict[str, Any]]], *,
+                       min_count: int = 3) -> dict[str, float]:
+    """Budget share per kernel type: zoo frequency × family weight, normalised."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    raw = {}
+    for t, cfgs in configs.items():
+        if len(cfgs) < min_count:
+            continue
+        fam = getattr(KERNEL_TYPES.get(t), "family", t)
+        raw[t] = math.sqrt(len(cfgs)) * FAMILY_WEIGHT.get(fam, 1.0)
+    total = sum(raw.values()) or 1.0
+    return {t: w / total for t, w in sorted(raw.items(), key=lambda kv: -kv[1])}
+
+
+def _measurement_row(kernel_type: str, config: dict[str, Any], m: Any, origin: str) -> dict[str, Any]:
+    return {
+        "kernel_type": kernel_type, "config": config,
+        "latency_ms": m.latency_ms if m.ok else None,
+        "median_ms": m.median_ms if m.ok else None, "min_ms": m.min_ms if m.ok else None,
+        "std_ms": m.std_ms if m.ok else None, "spread": m.spread if m.ok else None,
+        "runs": m.runs, "rounds": m.rounds, "ok": bool(m.ok), "error": m.error,
+        "fingerprint_id": m.device.fingerprint_id if m.device else None,
+        "origin": origin, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def profile_configs(kernel_type: str, configs: Sequence[dict[str, Any]], origin: str, *,
+                    profiler: Any, dataset: KernelDataset, deadline: float,
+                    protocol: dict[str, Any] | None = None,
+                    on_measured: Callable[[int], None] | None = None) -> list[Sample]:
+    """Measure each config's single-kernel model and append its row at once.
+
+    Stops at ``deadline`` (``time.monotonic()`` seconds). Failed measurements are
+    recorded (``ok: false``) so a resumed build does not retry them, but not returned.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the device measured differs from the dataset's.
+    """
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get(kernel_type)
+    out: list[Sample] = []
+    for cfg in configs:
+        if time.monotonic() >= deadline:
+            break
+        try:
+            graph = kt.build_graph(kt.config_from_dict(cfg))
+        except (UnsupportedOpError, ValueError, TypeError) as err:
+            logger.info("%s %s: cannot build a profiling model: %s", kernel_type, cfg, err)
+            continue
+        try:
+            m = profiler.measure(graph, on_error="record", **(protocol or {}))
+        except (BackendError, MeasurementError) as err:
+            logger.warning("%s %s: measurement failed: %s", kernel_type, cfg, err)
+            continue
+        if m.device is not None:
+            dataset.check_device(m.device.as_dict())
+        dataset.append(kernel_type, _measurement_row(kernel_type, cfg, m, origin))
+        if on_measured is not None:
+            on_measured(1)
+        if m.ok and m.latency_ms > 0 and math.isfinite(m.latency_ms):
+            out.append(Sample(cfg, float(m.latency_ms), origin))
+    return out
+
+
+def _accept(kernel_type: str) -> Callable[[dict[str, Any]], bool]:
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get(kernel_type)
+    names = tuple(kt.feature_names)
+
+    def ok(cfg: dict[str, Any]) -> bool:
+        if "FLOPs" not in names:
+            return True
+        try:
+            feats = kt.features(kt.config_from_dict(cfg))
+        except Exception:  # an invalid config (e.g. a kernel larger than its input)
+            return False
+        return feats[names.index("FLOPs")] <= MAX_KERNEL_FLOPS
+    return ok
+
+
+def _featurizer(kernel_type: str) -> Callable[[list[dict[str, Any]]], np.ndarray]:
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get(kernel_type)
+    cache: dict[str, np.ndarray] = {}
+
+    def featurize(cfgs: list[dict[str, Any]]) -> np.ndarray:
+        rows = []
+        for c in cfgs:
+            key = config_key(c)
+            if key not in cache:
+                cache[key] = kt.features(kt.config_from_dict(c))
+            rows.append(cache[key])
+        return np.vstack(rows) if rows else np.zeros((0, len(kt.feature_names)))
+    return featurize
+
+
+def build_predictor(
+    backend_id: str,
+    *,
+    budget_minutes: float = 20.0,
+    resume: bool = True,
+    kernels: Sequence[str] | None = None,
+    dataset: str | None = None,
+    root: str | Path | None = None,
+    rounds: int = 3,
+    initial_fraction: float = 0.6,
+    n_per_family: int = 5,
+    seed: int = 0,
+    protocol: dict[str, Any] | None = None,
+    profiler: Any = None,
+    progress: bool = True,
+    train: bool = True,
+    max_samples_per_type: int | None = None,
+    regressor_params: dict[str, Any] | None = None,
+    rules: Any = None,
+    prior_configs: dict[str, list[dict[str, Any]]] | None = None,
+    on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
+) -> BuildResult:
+    """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
+
+    Parameters
+    ----------
+    budget_minutes : float
+        Wall-clock budget of this run's profiling, split across kernel types by
+        importance; time a type does not use passes to the next.
+    resume : bool
+        Continue an existing dataset (default). ``False`` refuses to touch a dataset
+        that already has rows.
+    kernels : sequence of str, optional
+        Only these kernel types (or families: ``conv`` selects every ``conv-*`` type).
+    dataset : str, optional
+        Dataset id (folder under ``datasets/kernels``); default the backend id.
+    rounds : int
+        Adaptive sampling rounds per kernel type.
+    initial_fraction : float
+        Share of a type's budget for the initial (prior) sample.
+    protocol : dict, optional
+        Measurement protocol overrides (default: 4 rounds of 20 ms).
+    profiler : Profiler-like, optional
+        Anything with ``measure(graph, on_error=..., **protocol) -> Measurement``; by
+        default one :class:`~nnmeter.backends.Profiler` for the whole build.
+    train : bool
+        Train and cache the predictor at the end.
+    max_samples_per_type : int, optional
+        Cap on the measurements per kernel type in this run (small test builds).
+    regressor_params : dict, optional
+        Overrides of the sampling-time regressors' hyper-parameters.
+    rules : FusionRules, optional
+        Use these rules instead of loading (or detecting) the backend's.
+    prior_configs : dict, optional
+        Kernel type → real configurations (dicts), instead of walking the zoo.
+
+    Returns
+    -------
+    BuildResult
+    """
+    from nnmeter.fusion import load_rules
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.train import work_feature
+    from nnmeter.predictors.regressors import make_regressor
+
+    t_start = time.monotonic()
+    deadline = t_start + budget_minutes * 60.0
+    ds_dir = kernel_dataset_dir(dataset or backend_id, root)
+    ds = KernelDataset(ds_dir, backend_id)
+    if not resume and ds.kernel_types():
+        from nnmeter.errors import DatasetError
+
+        raise DatasetError(f"dataset {ds_dir} already has measurements and resume=False; "
+                           f"pass --resume to continue it or --dataset NEW_ID to start anew")
+    if rules is None:
+        try:
+            rules = load_rules(backend_id)
+        except FusionRulesError:
+            from nnmeter.fusion import detect_fusion
+
+            logger.warning("no fusion rules for %s; detecting them first", backend_id)
+            rules = detect_fusion(backend_id, progress=progress)
+
+    if prior_configs is None:
+        logger.info("collecting the kernel prior from the zoo")
+        zoo_configs = kernel_prior_from_zoo(rules, n_per_family=n_per_family, seed=seed)
+    else:
+        zoo_configs = {t: list(c) for t, c in prior_configs.items()}
+    weights = importance_weights(zoo_configs)
+    if kernels:
+        wanted = set(kernels)
+        weights = {t: w for t, w in weights.items()
+                   if t in wanted or getattr(KERNEL_TYPES.get(t), "family", "") in wanted}
+        norm = sum(weights.values()) or 1.0
+        weights = {t: w / norm for t, w in weights.items()}
+    priors = {t: KernelPrior.from_configs(t, zoo_configs[t]) for t in weights}
+    ds.directory.mkdir(parents=True, exist_ok=True)
+    (ds.directory / "prior.json").write_text(__import__("json").dumps(
+        {"weights": weights, "priors": {t: p.to_dict() for t, p in priors.items()}},
+        default=str))
+
+    result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=int(budget_minutes * 60), unit="s", desc=f"build {backend_id}",
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}] {postfix}")
+
+    def tick(_: int = 1) -> None:
+        result.measurements += 1
+        if bar is not None:
+            bar.n = min(bar.total, int(time.monotonic() - t_start))
+            bar.set_postfix_str(f"{current['type']} n={result.measurements}", refresh=True)
+
+    current = {"type": ""}
+    own_profiler = profiler is None
+    if own_profiler:
+        from nnmeter.backends import Profiler
+
+        profiler = Profiler(backend_id)
+    proto = dict(DEFAULT_PROTOCOL if protocol is None else protocol)
+    try:
+        remaining_weight = 1.0
+        for t, w in weights.items():
+            now = time.monotonic()
+            if now >= deadline:
+                result.stopped_by_budget = True
+                break
+            share = w / remaining_weight if remaining_weight > 0 else 1.0
+            remaining_weight -= w
+            type_deadline = now + share * (deadline - now)
+            t0 = now
+            current["type"] = t
+            done_rows = ds.rows(t)
+            measured = {config_key(r["config"]) for r in done_rows}
+            samples = [Sample(r["config"], float(r["latency_ms"]), r.get("origin", "initial"))
+                       for r in done_rows if r.get("ok", True) and r.get("latency_ms")]
+            accept = _accept(t)
+            # initial sample: a deterministic list, skipping what is measured already
+            init_deadline = t0 + initial_fraction * (type_deadline - t0)
+            budget_left = [max_samples_per_type if max_samples_per_type is not None else 10**9]
+            todo = itertools.islice(
+                (c for c in iter_initial(priors[t], seed=seed, accept=accept)
+                 if config_key(c) not in measured),
+                int(math.ceil(budget_left[0] * initial_fraction)))
+            n_initial_done = sum(1 for r in done_rows if r.get("origin", "initial") == "initial")
+            new = profile_configs(t, todo, "initial", profiler=profiler, dataset=ds,
+                                  deadline=init_deadline, protocol=proto, on_measured=tick)
+            samples += new
+            budget_left[0] -= len(new)
+            logger.info("%s: %d initial samples (%d new)", t, n_initial_done + len(new), len(new))
+            ds.log_round({"kernel_type": t, "round": 0, "n_new": len(new),
+                          "n_measured_total": len(samples),
+                          "minutes": (time.monotonic() - t_start) / 60})
+            past = [r for r in ds.rounds() if r.get("kernel_type") == t and r.get("round", 0) > 0]
+            start_round = 1 + max((int(r["round"]) for r in past), default=0)
+            logs = []
+            if len(samples) >= 12 and start_round <= rounds:
+                kt = KERNEL_TYPES.get(t)
+                norm = work_feature(kt)
+
+                def measure(cfgs: list[dict[str, Any]], origin: str, _t: str = t,
+                            _d: float = type_deadline, _left: list = budget_left) -> list[Sample]:
+                    got = profile_configs(_t, cfgs[:max(0, _left[0])], origin,
+                                          profiler=profiler, dataset=ds, deadline=_d,
+                                          protocol=proto, on_measured=tick)
+                    _left[0] -= len(got)
+                    return got
+
+                def log_round(entry: Any) -> None:
+                    d = entry.as_dict()
+                    d["minutes"] = (time.monotonic() - t_start) / 60
+                    ds.log_round(d)
+
+                res = run_adaptive(
+                    t, samples, measure, _featurizer(t),
+                    lambda _t=t, _n=norm: make_regressor(_t, "rf", norm_feature=_n,
+                                                         random_state=seed,
+                                                         **(regressor_params or {})),
+                    channel_fields=priors[t].channel_fields, ties=priors[t].ties,
+                    rounds=rounds, start_round=start_round, per_point=10,
+                    max_new_per_round=max(50, len(samples) // 2), accept=accept, seed=seed,
+                    should_stop=lambda _d=type_deadline, _l=budget_left: (
+                        time.monotonic() >= _d or _l[0] <= 0),
+                    on_round=log_round)
+                samples, logs = res.samples, res.logs
+            summary = {
+                "samples": len(samples),
+                "test_acc10": logs[-1].test_acc10 if logs else None,
+                "cv_acc10": logs[-1].cv_acc10 if logs else None,
+                "rounds": len(logs), "minutes": (time.monotonic() - t0) / 60,
+            }
+            result.types[t] = summary
+            if on_type_done is not None:
+                on_type_done(t, summary)
+        else:
+            result.stopped_by_budget = time.monotonic() >= deadline
+    finally:
+        if bar is not None:
+            bar.close()
+        if own_profiler:
+            profiler.close()
+    result.minutes = (time.monotonic() - t_start) / 60
+    ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
+    if train:
+        from nnmeter.predictors import load_predictor
+
+        load_predictor(backend_id, dataset=dataset, root=root)
+    return result

@@ -1,0 +1,121 @@
+"""``nnmeter detect-fusion`` and ``nnmeter kernels``.
+
+Examples
+--------
+Shell::
+
+    nnmeter detect-fusion --backend ort-cpu               # writes fusion_rules/ort-cpu.json
+    nnmeter detect-fusion --backend mnn-cpu --alpha 0.4 --out /tmp/mnn.json --json
+    nnmeter kernels model.onnx --backend ort-cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from nnmeter.commands._common import (
+    add_backend, add_input_shape, add_json, emit_json, parse_input_shapes, print_table,
+)
+
+__all__ = ["register", "run_detect", "run_kernels", "kernels_report"]
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "detect-fusion", help="detect a backend's fusion rules with crafted test cases",
+        description="Measure op1, op2 and op1->op2 for every op pair (plus multi-output, "
+                    "multi-input and block tests) on a backend; fused when "
+                    "T1 + T2 - T12 > alpha * min(T1, T2). Writes fusion_rules/<backend>.json "
+                    "(resumable: an interrupted run continues from its partial journal).",
+    )
+    add_backend(p)
+    p.add_argument("--alpha", type=float, default=0.5, help="fusion threshold factor (0.5)")
+    p.add_argument("--out", metavar="FILE", help="output JSON (default fusion_rules/<backend>.json)")
+    p.add_argument("--hw", type=int, default=28, help="test input height/width (28)")
+    p.add_argument("--cin", type=int, default=64, help="test input channels (64)")
+    p.add_argument("--cout", type=int, default=128, help="conv output channels (128)")
+    p.add_argument("--only", action="append", default=None, metavar="CASE",
+                   help="test only this case (e.g. 'conv->relu', 'block:se'); repeatable")
+    p.add_argument("--no-resume", action="store_true",
+                   help="ignore measurements journaled by an interrupted run")
+    add_json(p)
+    p.set_defaults(func=run_detect)
+
+    k: argparse.ArgumentParser = subparsers.add_parser(
+        "kernels", help="split a model into the kernels a backend runs",
+        description="Partition MODEL into kernels with the backend's detected fusion rules "
+                    "and print one row per kernel (type, nodes, config, FLOPs).",
+    )
+    k.add_argument("model", help="model file (.onnx, .tflite, .keras, IR .json, ...)")
+    add_backend(k)
+    add_input_shape(k)
+    k.add_argument("--rules", metavar="FILE", help="rules JSON to use instead of the backend's")
+    add_json(k)
+    k.set_defaults(func=run_kernels)
+
+
+def run_detect(args: argparse.Namespace) -> int:
+    from nnmeter.fusion import TestShapes, detect_fusion, rules_path
+
+    shapes = TestShapes(hw=args.hw, cin=args.cin, cout=args.cout)
+    out = args.out or rules_path(args.backend)
+    rules = detect_fusion(args.backend, alpha=args.alpha, shapes=shapes, out=out,
+                          only=args.only, progress=not args.json, resume=not args.no_resume)
+    summary = rules.summary()
+    summary["out"] = str(out)
+    if args.json:
+        emit_json({**summary, "rules": rules.to_dict()})
+        return 0
+    rows = [[p.name, p.kind, "yes" if p.fused else "no", "yes" if p.close else "",
+             p.saving_ms, p.threshold_ms] for p in rules.patterns]
+    print_table(["pattern", "kind", "fused", "close", "saving_ms", "threshold_ms"], rows)
+    print()
+    for kind in ("pair", "multi_output", "multi_input", "block"):
+        s = summary[kind]
+        print(f"{kind:13s} tested {s['tested']:4d}  fused {s['fused']:4d}  close {s['close']:4d}")
+    print(f"wrote {out}")
+    return 0
+
+
+def kernels_report(graph: Any, rules: Any) -> dict[str, Any]:
+    """JSON-able kernel table of ``graph`` under ``rules``."""
+    from nnmeter.errors import UnsupportedOpError
+    from nnmeter.partition import partition
+
+    rows = []
+    for k in partition(graph, rules):
+        kt = k.kernel_type
+        try:
+            flops = kt.cost(k.config).flops
+        except UnsupportedOpError:  # an 'other' op that cannot be rebuilt
+            flops = getattr(k.config, "flops", None)
+        rows.append({**k.as_dict(), "flops": flops,
+                     "features": dict(zip(kt.feature_names, map(float, k.features())))})
+    return {"model": graph.name, "backend_id": rules.backend_id,
+            "fingerprint_id": rules.fingerprint_id, "nodes": len(graph),
+            "kernels": rows}
+
+
+def _config_text(cfg: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("attrs_json",))
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    from nnmeter.frontends import load_model
+    from nnmeter.fusion import load_rules
+
+    rules = load_rules(args.rules or args.backend)
+    graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    report = kernels_report(graph, rules)
+    if args.json:
+        emit_json(report)
+        return 0
+    rows = [[i, r["type"], ",".join(r["nodes"]) if len(r["nodes"]) <= 3
+             else f"{r['nodes'][0]}..{r['nodes'][-1]} ({len(r['nodes'])})",
+             _config_text(r["config"]), r["flops"]] for i, r in enumerate(report["kernels"])]
+    print_table(["#", "type", "nodes", "config", "FLOPs"], rows)
+    print()
+    print(f"{report['model']}: {report['nodes']} nodes -> {len(rows)} kernels "
+          f"on {rules.backend_id}")
+    return 0

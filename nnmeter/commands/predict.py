@@ -1,0 +1,192 @@
+"""Subcommands ``predict``, ``build`` and ``select-backend``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from nnmeter.commands._common import (
+    add_backend, add_input_shape, add_json, emit_json, parse_input_shapes, print_table,
+)
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "predict", help="predict a model's latency on a backend, kernel by kernel",
+        description="Partition MODEL with the backend's fusion rules, predict each kernel "
+                    "with its regressor and sum. Kernels without a regressor of their own "
+                    "type are estimated by a fallback and listed.")
+    p.add_argument("model", metavar="MODEL", help=".onnx, .tflite, .keras, SavedModel or IR .json")
+    add_backend(p)
+    add_input_shape(p)
+    p.add_argument("--measure", action="store_true",
+                   help="also measure the model on the real backend and print the error")
+    p.add_argument("--dataset", default=None, help="kernel dataset id (default: backend id)")
+    add_json(p)
+    p.set_defaults(func=_cmd_predict)
+
+    p = subparsers.add_parser(
+        "build", help="build a backend's predictor: detect fusion, sample, profile, train",
+        description="Sample kernel configurations from the zoo's prior, profile them on the "
+                    "backend (appending every measurement to datasets/kernels/<dataset>/), "
+                    "refine with adaptive step-point sampling and train the regressors. "
+                    "Resumable: rerun to continue.")
+    add_backend(p)
+    p.add_argument("--budget-minutes", type=float, default=20.0, metavar="M",
+                   help="wall-clock budget of the profiling (default 20)")
+    p.add_argument("--resume", action="store_true", default=True,
+                   help="continue an existing dataset (the default)")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="refuse to touch a dataset that already has measurements")
+    p.add_argument("--kernels", default=None, metavar="T1,T2",
+                   help="only these kernel types or families (e.g. conv,dwconv)")
+    p.add_argument("--dataset", default=None,
+                   help="dataset id under datasets/kernels (default: the backend id); use a "
+                        "new id such as ort-cpu@<fingerprint> on another device")
+    p.add_argument("--rounds", type=int, default=3, help="adaptive rounds per kernel type")
+    add_json(p)
+    p.set_defaults(func=_cmd_build)
+
+    p = subparsers.add_parser(
+        "select-backend", help="rank the backends with a predictor by predicted latency",
+        description="Predict MODEL on every backend with a predictor and rank them "
+                    "(Walle-style backend choice with a measured cost model).")
+    p.add_argument("model", metavar="MODEL")
+    add_input_shape(p)
+    p.add_argument("--backends", default=None, metavar="B1,B2",
+                   help="only these backends (default: every backend with a predictor)")
+    p.add_argument("--measure", action="store_true",
+                   help="also measure on every backend and check the ranking")
+    add_json(p)
+    p.set_defaults(func=_cmd_select)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from nnmeter.frontends import load_model
+    from nnmeter.ir.graph import ModelGraph
+
+    shapes = parse_input_shapes(getattr(args, "input_shape", []))
+    if str(args.model).endswith(".json"):
+        graph = ModelGraph.from_json(args.model)
+        if shapes:
+            graph = load_model(args.model, input_shapes=shapes)
+        return graph
+    return load_model(args.model, input_shapes=shapes)
+
+
+def _measure(graph: Any, backend_id: str) -> Any:
+    from nnmeter.backends import measure
+
+    return measure(graph, backend_id)
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from nnmeter.predictors import load_predictor
+
+    graph = _load(args)
+    predictor = load_predictor(args.backend, dataset=args.dataset)
+    report = predictor.predict(graph)
+    out: dict[str, Any] = report.as_dict()
+    if args.measure:
+        m = _measure(graph, args.backend)
+        out["measured_ms"] = m.latency_ms
+        out["measured_spread"] = m.spread
+        out["error_percent"] = 100.0 * (report.total_ms - m.latency_ms) / m.latency_ms
+        fid = m.device.fingerprint_id if m.device else None
+        data_fid = (report.device or {}).get("fingerprint_id")
+        out["measured_fingerprint_id"] = fid
+        if data_fid and fid and fid != data_fid:
+            out["device_mismatch"] = True
+            out["warnings"] = list(out["warnings"]) + [
+                f"measured on fingerprint {fid}, the kernel data is from {data_fid}"]
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"model {report.model or args.model} on {report.backend_id}: "
+          f"{len(report.rows)} kernels")
+    rows = []
+    for r in report.rows:
+        nodes = ",".join(r.nodes)
+        rows.append([r.type, nodes if len(nodes) <= 48 else nodes[:45] + "...",
+                     round(r.predicted_ms, 4), r.estimated_by])
+    print_table(["kernel", "nodes", "predicted ms", "estimated by"], rows)
+    print()
+    summary = sorted(report.by_type().items(), key=lambda kv: -kv[1][1])
+    print_table(["kernel type", "count", "predicted ms", "share %"],
+                [[t, n, round(ms, 4), round(100 * ms / report.total_ms, 1)]
+                 for t, (n, ms) in summary])
+    print(f"\npredicted total: {report.total_ms:.3f} ms")
+    if args.measure:
+        print(f"measured:        {out['measured_ms']:.3f} ms (spread "
+              f"{100 * (out['measured_spread'] or 0):.1f} %)")
+        print(f"error:           {out['error_percent']:+.1f} %")
+    for w in out["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from nnmeter.builder import build_predictor
+
+    kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
+    result = build_predictor(args.backend, budget_minutes=args.budget_minutes,
+                             resume=args.resume, kernels=kernels, dataset=args.dataset,
+                             rounds=args.rounds, progress=not args.json)
+    if args.json:
+        emit_json(result.as_dict())
+        return 0
+    rows = []
+    for t, s in result.types.items():
+        acc = s.get("test_acc10")
+        rows.append([t, s["samples"], None if acc is None else round(100 * acc, 1),
+                     round(s["minutes"], 2)])
+    print_table(["kernel type", "samples", "held-out ±10 % acc", "minutes"], rows)
+    print(f"\n{result.measurements} measurements in {result.minutes:.1f} min; data in "
+          f"{result.dataset_dir}")
+    if result.stopped_by_budget:
+        print("stopped by the budget; rerun to continue (it resumes)")
+    return 0
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from nnmeter.predictors import available_predictors, load_predictor
+
+    graph = _load(args)
+    ids = [b.strip() for b in args.backends.split(",")] if args.backends else \
+        available_predictors()
+    results = []
+    for b in ids:
+        rep = load_predictor(b).predict(graph)
+        row: dict[str, Any] = {"backend_id": b, "predicted_ms": rep.total_ms,
+                               "device_mismatch": rep.device_mismatch}
+        if args.measure:
+            row["measured_ms"] = _measure(graph, b).latency_ms
+        results.append(row)
+    results.sort(key=lambda r: r["predicted_ms"])
+    out: dict[str, Any] = {"model": graph.name, "ranking": results,
+                           "predicted_best": results[0]["backend_id"] if results else None}
+    if args.measure and results:
+        best = min(results, key=lambda r: r["measured_ms"])
+        out["measured_best"] = best["backend_id"]
+        pred_best = results[0]
+        out["within_5_percent"] = pred_best["measured_ms"] <= 1.05 * best["measured_ms"]
+        from nnmeter.evaluate import kendall
+
+        if len(results) > 1:
+            out["kendall_tau"] = kendall([r["predicted_ms"] for r in results],
+                                         [r["measured_ms"] for r in results])
+    if args.json:
+        emit_json(out)
+        return 0
+    headers = ["rank", "backend", "predicted ms"] + (["measured ms"] if args.measure else [])
+    print_table(headers, [[i + 1, r["backend_id"], round(r["predicted_ms"], 3)] +
+                          ([round(r["measured_ms"], 3)] if args.measure else [])
+                          for i, r in enumerate(results)])
+    print(f"\npredicted fastest: {out['predicted_best']}")
+    if args.measure:
+        print(f"measured fastest:  {out['measured_best']} (predicted choice within 5 %: "
+              f"{'yes' if out['within_5_percent'] else 'no'})")
+    return 0

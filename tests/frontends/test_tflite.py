@@ -1,0 +1,299 @@
+"""Tests of nnmeter.frontends.tflite (and its flatbuffer reader).
+
+Unit tests need no runtime: bad files, the hand-written schema tables. Integration
+tests make real .tflite files with TensorFlow's converter (through the IR exporter or
+tf.function directly) and check the IR the frontend reads back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from nnmeter.errors import DynamicShapeError, InputNameError, ModelLoadError, NNMeterError
+from nnmeter.frontends import _tflite_schema as S
+from nnmeter.frontends.tflite import load_tflite, tf_same_pads
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.ops import ReduceAttrs
+
+
+# ------------------------------------------------------------------ unit tests
+def test_schema_tables_match_litert_generated_schema():
+    gen = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    codes = {v: k for k, v in vars(gen.BuiltinOperator).items() if not k.startswith("_")}
+    for code, name in enumerate(S.BUILTIN_OPS):
+        assert codes[code] == name
+    types = {v: k for k, v in vars(gen.TensorType).items() if not k.startswith("_")}
+    for code, name in enumerate(S.TENSOR_TYPES):
+        assert types[code].lower() == name
+    acts = {v: k for k, v in vars(gen.ActivationFunctionType).items() if not k.startswith("_")}
+    for code, name in enumerate(S.ACTIVATIONS):
+        assert acts[code].lower() == name
+    assert S.builtin_name(10_000) == "BUILTIN_10000"
+
+
+def test_tf_same_pads():
+    assert tf_same_pads(28, 3, 1) == (1, 1)
+    assert tf_same_pads(28, 3, 2) == (0, 1)
+    assert tf_same_pads(7, 1, 2) == (0, 0)
+    assert tf_same_pads(10, 3, 1, dilation=2) == (2, 2)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="no .tflite file"):
+        load_tflite(tmp_path / "nope.tflite")
+
+
+@pytest.mark.parametrize("data", [b"", b"TFL3", b"hello world, not a model at all",
+                                  b"\x10\x00\x00\x00TFL3" + b"\xff" * 8])
+def test_not_a_flatbuffer_is_model_load_error(tmp_path, data):
+    p = tmp_path / "bad.tflite"
+    p.write_bytes(data)
+    with pytest.raises(ModelLoadError, match="not a valid .tflite model"):
+        load_tflite(p)
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def tf():
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("tensorflow")
+    from nnmeter.exporters.tflite import _tf
+
+    return _tf()
+
+
+@pytest.fixture(scope="module")
+def mobile_block(tf, tmp_path_factory):
+    """An IR block covering the common TFLite ops, exported to .tflite once."""
+    from nnmeter.exporters.tflite import export_tflite
+
+    b = GraphBuilder("mobile", (1, 8, 16, 16), input_name="image")
+    x = b.relu(b.bn(b.conv(b.x, 16, 3, 2, name="stem")), name="stem_relu")
+    y = b.relu6(b.bn(b.dwconv(x, 3)), name="dw_relu6")
+    y = b.hswish(b.conv(y, 16, 1, name="pw"), name="hs")
+    y = b.add_(x, y, name="res")
+    c = b.concat([y, x], axis=1, name="cat")
+    s0, s1 = b.split(c, [8, 24], name="sp")
+    p = b.pad(s1, (0, 0, 1, 0, 0, 0, 1, 0), name="padded")
+    t = b.transpose(s0, (0, 1, 3, 2), name="tr")
+    r = b.resize(t, (16, 16), name="up")
+    m = b.add("reducemean", [p], ReduceAttrs(axes=(1,), keepdims=True), name="cmean")
+    pool = b.maxpool(s1, 2, name="mp")
+    avg = b.avgpool(pool, 2, name="ap")
+    gp = b.gap(avg, keepdims=False, name="gp")
+    logits = b.softmax(b.fc(gp, 10, name="head"), name="prob")
+    sig = b.sigmoid(r, name="sig")
+    g = b.build([logits, sig, m])
+    path = tmp_path_factory.mktemp("tfl") / "mobile.tflite"
+    export_tflite(g, path)
+    return g, path
+
+
+# ------------------------------------------------------------------ integration tests
+@pytest.mark.integration
+def test_ops_map_onto_the_vocabulary(mobile_block):
+    ir, path = mobile_block
+    g = load_tflite(path)
+    counts = g.op_counts()
+    for op in ("conv", "dwconv", "relu", "relu6", "hswish", "add", "concat", "split", "pad",
+               "transpose", "resize", "reducemean", "maxpool", "avgpool", "gap", "fc",
+               "softmax", "sigmoid"):
+        assert counts.get(op, 0) >= 1, (op, counts)
+    assert "bn" not in counts                       # folded into the convs by the converter
+    assert not g.unknown_ops()
+    assert g.input_names == ["image"]
+    assert {o.node for o in g.outputs} == {"prob", "sig", "cmean"}
+    # Output shapes are canonical NCHW and equal the IR's.
+    for ref in ir.outputs:
+        assert g[ref.node].output_shape == ir.shape_of(ref)
+    for n in g.nodes():
+        assert n.source["framework"] == "tflite"
+        if n.op != "input":
+            assert n.source["op_type"] and isinstance(n.source["index"], int)
+
+
+@pytest.mark.integration
+def test_layout_dependent_attributes_are_canonical(mobile_block):
+    _, path = mobile_block
+    g = load_tflite(path)
+    by_op = {}
+    for n in g.nodes():
+        by_op.setdefault(n.op, []).append(n)
+    assert by_op["concat"][0].attrs.axis == 1
+    assert by_op["split"][0].attrs.axis == 1 and by_op["split"][0].attrs.sizes == (8, 24)
+    assert by_op["pad"][0].attrs.pads == (0, 0, 1, 0, 0, 0, 1, 0)
+    assert by_op["transpose"][0].attrs.perm == (0, 1, 3, 2)
+    assert by_op["reducemean"][0].attrs.axes == (1,)
+    gap = by_op["gap"][0]
+    assert gap.attrs.keepdims is False and gap.output_shape == (1, 24)
+    stem = next(n for n in by_op["conv"] if n.attrs.stride == (2, 2))
+    assert stem.attrs.kernel == (3, 3) and stem.attrs.pads == (0, 0, 1, 1)  # TF SAME
+    assert stem.output_shape == (1, 16, 8, 8)
+    dw = by_op["dwconv"][0]
+    assert dw.attrs.groups == 16 and dw.meta["fused_activation"] == "relu6"
+    act = next(n for n in by_op["relu6"] if n.meta.get("fused_into") == dw.name)
+    assert g.node(act.name).inputs[0].node == dw.name
+    assert by_op["softmax"][0].attrs.axis == -1
+    assert by_op["resize"][0].attrs.size == (16, 16)
+
+
+@pytest.mark.integration
+def test_int8_model_keeps_quant_params_and_quantize_ops(tf, tmp_path):
+    from nnmeter.exporters.tflite import export_tflite
+
+    b = GraphBuilder("q", (1, 4, 8, 8))
+    g = b.build([b.relu(b.conv(b.x, 8, 3))])
+    path = export_tflite(g, tmp_path / "q.tflite", quantize="int8", representative_samples=2)
+    back = load_tflite(path)
+    unknown = back.unknown_ops()
+    assert [n.attrs.original_type for n in unknown] == ["tflite:QUANTIZE", "tflite:DEQUANTIZE"]
+    assert unknown[0].attrs.fields["to_dtype"] == "int8"
+    conv = next(n for n in back.nodes() if n.op == "conv")
+    assert conv.meta["weight_quant"]["per_channel"]
+    assert len(conv.meta["weight_quant"]["scale"]) == 8
+    assert back.dtype == "int8"
+
+
+def _patched(buf: bytes, edit) -> bytes:
+    """Re-pack a .tflite after editing its object-API model (test helper)."""
+    flatbuffers = pytest.importorskip("flatbuffers")
+    gen = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    model = gen.ModelT.InitFromPackedBuf(buf, 0)
+    edit(model, gen)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+@pytest.mark.integration
+def test_custom_op_becomes_unknown_and_is_listed(mobile_block, tmp_path):
+    _, path = mobile_block
+
+    def to_custom(model, gen):
+        for code in model.operatorCodes:
+            if code.builtinCode == gen.BuiltinOperator.HARD_SWISH:
+                code.builtinCode = gen.BuiltinOperator.CUSTOM
+                code.deprecatedBuiltinCode = gen.BuiltinOperator.CUSTOM
+                code.customCode = "MyHardSwish"
+
+    p = tmp_path / "custom.tflite"
+    p.write_bytes(_patched(path.read_bytes(), to_custom))
+    g = load_tflite(p)
+    (node,) = g.unknown_ops()
+    assert node.attrs.original_type == "tflite:CUSTOM:MyHardSwish"
+    assert node.attrs.fields["custom_code"] == "MyHardSwish"
+    assert node.output_shape == (1, 16, 8, 8)
+    assert node.source["op_type"] == "CUSTOM:MyHardSwish"
+    assert "hswish" not in g.op_counts()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fraction", [0.05, 0.3, 0.5, 0.8, 0.95])
+def test_truncated_file_is_model_load_error(mobile_block, tmp_path, fraction):
+    _, path = mobile_block
+    data = path.read_bytes()
+    p = tmp_path / "cut.tflite"
+    p.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(ModelLoadError):
+        load_tflite(p)
+
+
+@pytest.mark.integration
+def test_several_subgraphs_load_the_first_with_a_warning(tf, tmp_path, caplog):
+    class Two(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec((1, 4, 4, 2), tf.float32, name="x")])
+        def a(self, x):
+            return {"y": tf.nn.relu(x)}
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 6), tf.float32, name="z")])
+        def b(self, z):
+            return {"w": tf.math.sigmoid(z)}
+
+    m = Two()
+    conv = tf.lite.TFLiteConverter.from_concrete_functions(
+        [m.a.get_concrete_function(), m.b.get_concrete_function()], m)
+    p = tmp_path / "two.tflite"
+    p.write_bytes(conv.convert())
+    with caplog.at_level(logging.WARNING, logger="nnmeter.frontends.tflite"):
+        g = load_tflite(p)
+    assert "2 subgraphs" in caplog.text
+    assert g.op_counts() == {"input": 1, "relu": 1}
+    assert g.input_names == ["x"] and g["x"].output_shape == (1, 2, 4, 4)
+    g_b = load_tflite(p, subgraph="b")
+    assert g_b.op_counts() == {"input": 1, "sigmoid": 1}
+    assert g_b.meta["source"]["signature"] == "b"
+    with pytest.raises(InputNameError, match="out of range"):
+        load_tflite(p, subgraph=7)
+    with pytest.raises(InputNameError, match="signatures"):
+        load_tflite(p, subgraph="nope")
+
+
+@pytest.fixture(scope="module")
+def dynamic_model(tf, tmp_path_factory):
+    w = np.full((3, 3, 3, 4), 0.1, np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 3), tf.float32, name="img")])
+    def f(x):
+        y = tf.nn.relu(tf.nn.conv2d(x, tf.constant(w), 1, "SAME"))
+        return {"out": tf.reduce_mean(y, axis=[1, 2])}
+
+    data = tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()], tf.Module()).convert()
+    p = tmp_path_factory.mktemp("dyn") / "dyn.tflite"
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.integration
+def test_dynamic_batch_uses_one_with_warning(dynamic_model, caplog):
+    with caplog.at_level(logging.WARNING, logger="nnmeter.frontends.tflite"):
+        g = load_tflite(dynamic_model)
+    assert "dynamic" in caplog.text and "input_shapes" in caplog.text
+    assert g["img"].output_shape == (1, 3, 8, 8)
+    assert g.meta["warnings"]
+
+
+@pytest.mark.integration
+def test_dynamic_batch_resized_by_input_shapes(dynamic_model):
+    g = load_tflite(dynamic_model, input_shapes={"img": (4, 3, 8, 8)})
+    assert g["img"].output_shape == (4, 3, 8, 8)
+    assert [n.output_shape for n in g.nodes()][-1] == (4, 4)
+    assert not g.unknown_ops()
+    g2 = load_tflite(dynamic_model, input_shapes={"": (2, 3, 8, 8)})   # "" = first input
+    assert g2["img"].output_shape == (2, 3, 8, 8)
+    with pytest.raises(InputNameError, match="img"):
+        load_tflite(dynamic_model, input_shapes={"image": (4, 3, 8, 8)})
+    with pytest.raises(DynamicShapeError, match="only dynamic"):
+        load_tflite(dynamic_model, input_shapes={"img": (4, 3, 9, 8)})
+    with pytest.raises(DynamicShapeError, match="rank"):
+        load_tflite(dynamic_model, input_shapes={"img": (4, 3, 8)})
+
+
+@pytest.mark.integration
+def test_loaded_graph_survives_json_round_trip(mobile_block):
+    from nnmeter.ir.graph import ModelGraph
+
+    _, path = mobile_block
+    g = load_tflite(path)
+    again = ModelGraph.from_json(g.to_json())
+    assert again.structurally_equal(g)
+
+
+@pytest.mark.integration
+def test_errors_are_ours_never_tensorflow_tracebacks(mobile_block, tmp_path):
+    _, path = mobile_block
+    data = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    for k in range(40):                      # scribble over random bytes of the body
+        corrupt = data.copy()
+        idx = rng.integers(8, len(corrupt), 16)
+        corrupt[idx] = rng.integers(0, 256, 16).astype(np.uint8)
+        p = tmp_path / f"c{k}.tflite"
+        p.write_bytes(corrupt.tobytes())
+        try:
+            load_tflite(p)
+        except NNMeterError:
+            pass                             # a clear error of ours is the right outcome

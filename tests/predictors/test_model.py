@@ -1,0 +1,120 @@
+"""LatencyPredictor on a synthetic dataset: coverage, fallbacks, batch, cache, device."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nnmeter.backends.base import DeviceInfo, Measurement
+from nnmeter.builder import build_predictor
+from nnmeter.errors import PredictorError
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.ir import GraphBuilder
+from nnmeter.predictors import load_predictor
+from nnmeter.predictors.dataset import kernel_dataset_dir
+from nnmeter.predictors.model import LatencyPredictor
+from nnmeter.predictors.train import train_predictor
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+class _Fake:
+    device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="fake", runtime_version="1",
+                        settings={"threads": 1})
+
+    def measure(self, graph, on_error="record", **protocol):
+        c = graph.cost()
+        ms = 0.01 + 2e-8 * c.flops + 1e-7 * c.memory_bytes
+        return Measurement(latency_ms=ms, median_ms=ms, min_ms=ms, std_ms=0.0, spread=0.0,
+                           rounds=1, runs=1, device=self.device)
+
+
+PRIOR = {
+    "conv-bn-relu": [{"h": h, "w": h, "cin": c, "cout": 2 * c, "kernel": 3, "stride": 1,
+                      "groups": 1, "pads": None}
+                     for h, c in ((56, 16), (56, 24), (28, 32), (28, 48), (14, 64), (14, 96))],
+    "relu": [{"h": h, "w": h, "cin": c} for h, c in ((56, 16), (28, 32), (14, 64), (7, 128))],
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=_Fake(), rules=RULES,
+                    prior_configs=PRIOR, progress=False, train=False, max_samples_per_type=40,
+                    rounds=1, regressor_params={"n_estimators": 10})
+    return root
+
+
+@pytest.fixture(scope="module")
+def predictor(root):
+    return train_predictor("ort-cpu", kernel_dataset_dir("ort-cpu", root), RULES)
+
+
+def _model():
+    b = GraphBuilder("m", (1, 16, 28, 28))
+    y = b.relu(b.bn(b.conv(b.x, 32)))        # conv-bn-relu: own regressor
+    y = b.bn(b.conv(y, 32))                  # conv-bn: family regressor
+    y = b.maxpool(y, 2, 2)                   # maxpool: no data, fallback
+    return b.build([b.relu(y)])
+
+
+def test_report_rows_cover_every_kernel_and_never_zero(predictor):
+    rep = predictor.predict(_model(), check_device=False)
+    assert [r.type for r in rep.rows] == ["conv-bn-relu", "conv-bn", "maxpool", "relu"]
+    assert all(r.predicted_ms > 0 and math.isfinite(r.predicted_ms) for r in rep.rows)
+    assert rep.total_ms == pytest.approx(sum(r.predicted_ms for r in rep.rows))
+    how = {r.type: r.estimated_by for r in rep.rows}
+    assert how == {"conv-bn-relu": "regressor", "conv-bn": "family:conv", "maxpool": "fallback",
+                   "relu": "regressor"}
+    assert {u["type"] for u in rep.uncovered} == {"conv-bn", "maxpool"}
+    assert rep.warnings and len(rep.rows[0].features) > 5
+    d = rep.as_dict()
+    assert d["rows"][0]["estimated_by"] == "regressor" and d["total_ms"] == rep.total_ms
+
+
+def test_prediction_tracks_truth_on_covered_kernels(predictor):
+    b = GraphBuilder("c", (1, 24, 56, 56))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 48)))])
+    truth = _Fake().measure(g).latency_ms
+    got = predictor.predict(g, check_device=False).total_ms
+    assert abs(got - truth) / truth < 0.25
+
+
+def test_predict_many_matches_single(predictor):
+    graphs = [_model(), _model()]
+    many = predictor.predict_many(graphs)
+    single = predictor.predict(graphs[0], check_device=False).total_ms
+    assert many == pytest.approx([single, single])
+
+
+def test_missing_fallback_is_refused():
+    with pytest.raises(PredictorError, match="fallback"):
+        LatencyPredictor("ort-cpu", RULES, {})
+
+
+def test_device_mismatch_warns(predictor, caplog):
+    other = LatencyPredictor("ort-cpu", RULES, predictor.regressors,
+                             device={"cpu_model": "a cpu that is not this one", "cores": 1,
+                                     "runtime": "onnxruntime", "settings": {}})
+    rep = other.predict(_model())
+    assert rep.device_mismatch and any("another device" in w for w in rep.warnings)
+    assert "cpu_model" in " ".join(rep.warnings)
+
+
+def test_load_predictor_trains_then_uses_cache(root, tmp_path, monkeypatch):
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    RULES.to_json(rules_dir / "ort-cpu.json")
+    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
+    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    first = load_predictor("ort-cpu", root=root)
+    cached = load_predictor("ort-cpu", root=root)
+    assert "cache" in cached.meta
+    g = _model()
+    assert cached.predict(g, check_device=False).total_ms == \
+        pytest.approx(first.predict(g, check_device=False).total_ms, rel=1e-12)
+    with pytest.raises(PredictorError, match="nnmeter build"):
+        load_predictor("ort-cpu", root=tmp_path / "empty")

