@@ -107,12 +107,38 @@ def test_trained_predictor_from_fake_build(tmp_path):
     g = b.build([b.relu(b.bn(b.conv(b.x, 32)))])
     rep = pred.predict(g, check_device=False)
     assert [r.type for r in rep.rows] == ["conv-bn-relu"]
-    truth = FakeProfiler().measure(b.build([b.relu(b.bn(b.conv(b.x, 32)))])).latency_ms \
-        if False else None
-    assert rep.total_ms > 0 and rep.rows[0].estimated_by == "regressor"
+    truth = FakeProfiler().measure(g).latency_ms
+    assert rep.rows[0].estimated_by == "regressor"
+    assert abs(rep.total_ms - truth) / truth < 0.3
 
 
 def test_importance_weights_favour_conv():
     w = importance_weights({"conv-bn-relu": [{}] * 50, "relu": [{}] * 50, "rare": [{}]})
     assert w["conv-bn-relu"] > w["relu"] and "rare" not in w
     assert sum(w.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.integration
+def test_tiny_real_build_on_ort(tmp_path):
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    res = build_predictor("ort-cpu", budget_minutes=3, root=tmp_path, rules=RULES,
+                          prior_configs=PRIOR, progress=False, train=False,
+                          max_samples_per_type=6, rounds=1,
+                          protocol={"rounds": 2, "round_ms": 5.0, "calibrate": False},
+                          regressor_params={"n_estimators": 5})
+    assert set(res.types) == {"conv-bn-relu", "relu"}
+    rows = _rows_for(tmp_path, "ort-cpu", "conv-bn-relu")
+    assert len(rows) >= 3 and all(r["ok"] and r["latency_ms"] > 0 for r in rows)
+    meta = json.loads((kernel_dataset_dir("ort-cpu", tmp_path) / "dataset.json").read_text())
+    assert meta["device"]["runtime"] == "onnxruntime"
+    assert {r["fingerprint_id"] for r in rows} == {meta["fingerprint_id"]}
+    pred = train_predictor("ort-cpu", kernel_dataset_dir("ort-cpu", tmp_path), RULES)
+    from nnmeter.ir import GraphBuilder
+
+    b = GraphBuilder("m", (1, 16, 28, 28))
+    rep = pred.predict(b.build([b.relu(b.bn(b.conv(b.x, 32)))]), check_device=True)
+    assert rep.total_ms > 0 and not rep.device_mismatch
+
+
+def _rows_for(root, backend, t):
+    return KernelDataset(kernel_dataset_dir(backend, root), backend).rows(t)

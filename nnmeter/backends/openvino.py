@@ -164,6 +164,8 @@ class OpenVinoCpuBackend(Backend):
         out = []
         for (name, layer_type), cov in zip(rows, covers):
             t = times.get(name)
+            if not cov and not t:
+                continue  # constant subgraphs, folded at compile time: never run per inference
             out.append(ExecutedNode(name=name, op_type=layer_type, covers=cov,
                                     time_ms=float(np.median(t)) if t else None,
                                     detail=exec_types.get(name, "")))

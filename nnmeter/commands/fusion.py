@@ -32,9 +32,14 @@ def register(subparsers: Any) -> None:
     add_backend(p)
     p.add_argument("--alpha", type=float, default=0.5, help="fusion threshold factor (0.5)")
     p.add_argument("--out", metavar="FILE", help="output JSON (default fusion_rules/<backend>.json)")
-    p.add_argument("--hw", type=int, default=28, help="test input height/width (28)")
-    p.add_argument("--cin", type=int, default=64, help="test input channels (64)")
-    p.add_argument("--cout", type=int, default=128, help="conv output channels (128)")
+    p.add_argument("--hw", type=int, default=None,
+                   help="test input height/width (28; 7 for ort-*; see TestShapes.for_backend)")
+    p.add_argument("--cin", type=int, default=None, help="test input channels (64; 16 for ort-*)")
+    p.add_argument("--cout", type=int, default=None,
+                   help="conv output channels (128; 32 for ort-*)")
+    p.add_argument("--fc-width", type=int, default=None, help="fc width (428; 64 for ort-*)")
+    p.add_argument("--balanced", choices=("yes", "no"), default=None,
+                   help="resize the heavy op of heavy/light pairs (yes; no for ort-*)")
     p.add_argument("--only", action="append", default=None, metavar="CASE",
                    help="test only this case (e.g. 'conv->relu', 'block:se'); repeatable")
     p.add_argument("--no-resume", action="store_true",
@@ -56,9 +61,14 @@ def register(subparsers: Any) -> None:
 
 
 def run_detect(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from nnmeter.fusion import TestShapes, detect_fusion, rules_path
 
-    shapes = TestShapes(hw=args.hw, cin=args.cin, cout=args.cout)
+    over = {"hw": args.hw, "cin": args.cin, "cout": args.cout, "fc_width": args.fc_width,
+            "balanced": None if args.balanced is None else args.balanced == "yes"}
+    shapes = dataclasses.replace(TestShapes.for_backend(args.backend),
+                                 **{k: v for k, v in over.items() if v is not None})
     out = args.out or rules_path(args.backend)
     rules = detect_fusion(args.backend, alpha=args.alpha, shapes=shapes, out=out,
                           only=args.only, progress=not args.json, resume=not args.no_resume)

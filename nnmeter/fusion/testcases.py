@@ -36,6 +36,27 @@ F. bn next to fc: batch norm on vectors is not in the studied CNN families.
 Shapes (defaults from nn-Meter): HW = 28, CIN = 64, COUT = 128, kernel 3, stride 1;
 pools use kernel 3, stride 2, padding 1; fc width 428; vector pairs read (1, 428).
 
+Balanced shapes (``TestShapes.balanced``, on by default)
+--------------------------------------------------------
+The rule compares the saving T1 + T2 - T12 with alpha * min(T1, T2). With nn-Meter's
+shapes a 3x3 conv takes ~1 ms and the activation after it ~0.015 ms: the margin is
+~0.01 ms against ~0.01-0.1 ms of run-to-run noise of the conv alone, so conv -> act
+decisions are coin flips; vector ops on (1, 428) take no more than the backend's
+per-inference overhead. Fusion depends on the op types, not on their sizes, so the
+balanced shapes resize the heavy side until both ops take comparable times:
+
+- a pair of one *heavy* op (conv, fc) and a light one (anything else) uses a 1x1 conv,
+  whose free channel side has ``light_channels`` (16) channels: conv as op1 reads
+  (1, 16, HW, HW) and writes COUT channels; conv as op2 writes 16 channels;
+- fc in such a pair works on a batch of ``vector_batch`` (256) vectors, with
+  ``light_channels`` on its free side (fc as op1: (256, 16) -> 428; as op2:
+  (256, 428) -> 16); gap -> fc keeps the single pooled vector;
+- a pair after a stride-2 pool (pool -> op2) doubles HW, so op2 sees the default plane;
+- the multi-output and multi-input conv cases use the same 1x1 conv.
+
+Pairs of two heavy or two light ops keep nn-Meter's shapes. ``balanced=False`` gives
+nn-Meter's shapes everywhere.
+
 Examples
 --------
 >>> cases = build_testcases()
@@ -58,7 +79,7 @@ from nnmeter.ir.graph import ModelGraph, Ref
 from nnmeter.ir.ops import attrs_to_dict
 
 __all__ = [
-    "PAIR_OPS", "ACT_OPS", "TestShapes", "TestCase", "build_testcases", "pair_skip_reason",
+    "PAIR_OPS", "ACT_OPS", "HEAVY_OPS", "TestShapes", "TestCase", "build_testcases", "pair_skip_reason",
     "graph_signature",
 ]
 
@@ -83,9 +104,31 @@ class TestShapes:
     pool_kernel: int = 3
     pool_stride: int = 2
     fc_width: int = 428
+    balanced: bool = True
+    light_channels: int = 16
+    vector_batch: int = 256
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    @classmethod
+    def tiny(cls) -> "TestShapes":
+        """Small ops (HW 7, CIN 16, COUT 32, fc 64; not balanced) whose times are mostly
+        the per-node dispatch cost: the shapes for runtimes whose fused epilogues cost
+        as much as the separate op, so that a fusion saves only the dispatch of one node
+        (ONNX Runtime's MLAS: a fused Clip or Sigmoid is a second pass over the output)."""
+        return cls(hw=7, cin=16, cout=32, fc_width=64, balanced=False)
+
+    @classmethod
+    def for_backend(cls, backend_id: str) -> "TestShapes":
+        """The detection shapes of a backend id: :meth:`tiny` for ONNX Runtime (``ort-*``),
+        nn-Meter's balanced defaults for every other runtime.
+
+        Measured on this machine's CPU for 15 probe pairs against the runtime's executed
+        graph: ort-cpu 13/15 right with tiny shapes against 7/9 balanced; openvino-cpu
+        13/15 balanced against 7/15 tiny; mnn-cpu 13/15 balanced against 11/15 tiny.
+        """
+        return cls.tiny() if backend_id.startswith("ort-") else cls()
 
 
 @dataclass(frozen=True)
@@ -137,16 +180,30 @@ def pair_skip_reason(op1: str, op2: str) -> str | None:
     return None
 
 
+HEAVY_OPS = ("conv", "fc")
+_POOLS = ("maxpool", "avgpool")
+
+
+@dataclass(frozen=True)
+class _OpShape:
+    """How one op of a test model is sized: output channels/features and kernel."""
+
+    out: int | None = None
+    kernel: int | None = None
+
+
 def _apply(b: GraphBuilder, op: str, x: Ref, s: TestShapes, name: str, *,
-           next_op: str | None = None) -> Ref:
+           next_op: str | None = None, size: _OpShape | None = None) -> Ref:
     """Add ``op`` reading ``x``; second operands of binary ops come from a new input."""
     shape = b.shape(x)
+    size = size or _OpShape()
     if op == "conv":
-        return b.conv(x, s.cout, s.kernel, s.stride, name=name)
+        kernel = size.kernel or s.kernel
+        return b.conv(x, size.out or s.cout, kernel, s.stride, name=name)
     if op == "dwconv":
         return b.dwconv(x, s.kernel, s.stride, name=name)
     if op == "fc":
-        return b.fc(x, s.fc_width, name=name)
+        return b.fc(x, size.out or s.fc_width, name=name)
     if op == "bn":
         return b.bn(x, name=name)
     if op in ACT_OPS:
@@ -174,66 +231,104 @@ def _apply(b: GraphBuilder, op: str, x: Ref, s: TestShapes, name: str, *,
     raise ValueError(f"no test-case builder for op {op!r}; allowed: {PAIR_OPS}")
 
 
-def _pair_input_shape(op1: str, op2: str, s: TestShapes) -> tuple[int, ...]:
+def _unbalanced(op1: str, op2: str, s: TestShapes) -> str | None:
+    """The heavy op of a heavy/light pair to resize, or None."""
+    if not s.balanced or (op1 in HEAVY_OPS) == (op2 in HEAVY_OPS):
+        return None
+    heavy = op1 if op1 in HEAVY_OPS else op2
+    if heavy == "fc" and op1 == "gap":
+        return None  # the pooled vector is what real models feed fc
+    return heavy
+
+
+def _pair_plan(op1: str, op2: str, s: TestShapes
+               ) -> tuple[tuple[int, ...], _OpShape, _OpShape]:
+    """Input shape of op1 (and of the pair) and the sizes of op1 and op2."""
+    heavy = _unbalanced(op1, op2, s)
+    sz1, sz2 = _OpShape(), _OpShape()
+    batch = 1
+    cin, hw, fc_in = s.cin, s.hw, s.fc_width
+    if heavy == "conv":
+        if op1 == "conv":
+            cin, sz1 = s.light_channels, _OpShape(kernel=1)
+        else:
+            sz2 = _OpShape(out=s.light_channels, kernel=1)
+    elif heavy == "fc":
+        batch = s.vector_batch
+        if op1 == "fc":
+            fc_in = s.light_channels
+        else:
+            sz2 = _OpShape(out=s.light_channels)
+    if s.balanced and op1 in _POOLS:
+        hw = 2 * s.hw
     if op1 == "reshape":
-        return (1, s.fc_width, 1, 1)
+        return (batch, s.fc_width, 1, 1), sz1, sz2
     if op1 != "gap" and "fc" in (op1, op2):
-        return (1, s.fc_width)
-    return (1, s.cin, s.hw, s.hw)
+        return (batch, fc_in), sz1, sz2
+    return (1, cin, hw, hw), sz1, sz2
 
 
 def _single(op: str, input_shape: tuple[int, ...], s: TestShapes, *, name: str = "op1",
-            next_op: str | None = None) -> ModelGraph:
+            next_op: str | None = None, size: _OpShape | None = None) -> ModelGraph:
     b = GraphBuilder(f"single_{op}", input_shape)
-    return b.build([_apply(b, op, b.x, s, name, next_op=next_op)])
+    return b.build([_apply(b, op, b.x, s, name, next_op=next_op, size=size)])
 
 
 def _chain(ops: Iterable[str], input_shape: tuple[int, ...], s: TestShapes,
-           label: str) -> ModelGraph:
+           label: str, sizes: Iterable[_OpShape | None] = ()) -> ModelGraph:
     ops = list(ops)
+    sizes = list(sizes) + [None] * len(ops)
     b = GraphBuilder(label, input_shape)
     y = b.x
     for i, op in enumerate(ops):
-        y = _apply(b, op, y, s, f"op{i + 1}", next_op=ops[i + 1] if i + 1 < len(ops) else None)
+        y = _apply(b, op, y, s, f"op{i + 1}", next_op=ops[i + 1] if i + 1 < len(ops) else None,
+                   size=sizes[i])
     return b.build([y])
 
 
 def _pair_case(op1: str, op2: str, s: TestShapes) -> TestCase:
-    shape = _pair_input_shape(op1, op2, s)
-    block = _chain([op1, op2], shape, s, f"pair_{op1}_{op2}")
-    one = _single(op1, shape, s, next_op=op2)
+    shape, sz1, sz2 = _pair_plan(op1, op2, s)
+    block = _chain([op1, op2], shape, s, f"pair_{op1}_{op2}", [sz1, sz2])
+    one = _single(op1, shape, s, next_op=op2, size=sz1)
     mid = one.node("op1").output_shape
-    two = _single(op2, mid, s, name="op2")
+    two = _single(op2, mid, s, name="op2", size=sz2)
     return TestCase(f"{op1}->{op2}", "pair", (op1, op2),
                     {"op1": one, "op2": two, "block": block},
                     {"op1": ("op1",), "op2": ("op2",)})
 
 
+def _light(op: str, s: TestShapes) -> tuple[tuple[int, ...], _OpShape | None]:
+    """Input shape and size of the producer/branch op of the multi-output/-input cases."""
+    if s.balanced and op == "conv":
+        return (1, s.light_channels, s.hw, s.hw), _OpShape(kernel=1)
+    return (1, s.cin, s.hw, s.hw), None
+
+
 def _multi_output_case(p: str, c1: str, c2: str, s: TestShapes) -> TestCase:
-    shape = (1, s.cin, s.hw, s.hw)
+    shape, size = _light(p, s)
     b = GraphBuilder(f"multi_output_{p}", shape)
-    y = _apply(b, p, b.x, s, "op1")
+    y = _apply(b, p, b.x, s, "op1", size=size)
     o1 = _apply(b, c1, y, s, "op2")
     o2 = _apply(b, c2, y, s, "op3")
     g = b.build([o1, o2])
     mid = g.node("op1").output_shape
     models = {
         "block": g,
-        "p": _single(p, shape, s),
+        "p": _single(p, shape, s, size=size),
         "c1": _single(c1, mid, s, name="op2"),
         "c2": _single(c2, mid, s, name="op2"),
-        "p+c1": _chain([p, c1], shape, s, f"pair_{p}_{c1}"),
-        "p+c2": _chain([p, c2], shape, s, f"pair_{p}_{c2}"),
+        "p+c1": _chain([p, c1], shape, s, f"pair_{p}_{c1}", [size]),
+        "p+c2": _chain([p, c2], shape, s, f"pair_{p}_{c2}", [size]),
     }
     return TestCase(f"{p}->{{{c1},{c2}}}", "multi_output", (p, c1, c2), models,
                     {"p": ("op1",), "c1": ("op2",), "c2": ("op3",)})
 
 
 def _multi_input_case(branch: str, join: str, s: TestShapes) -> TestCase:
-    shape = (1, s.cin, s.hw, s.hw)
+    shape, size = _light(branch, s)
     b = GraphBuilder(f"multi_input_{join}", shape)
-    y1 = _apply(b, branch, b.x, s, "op1")
-    y2 = _apply(b, branch, b.x, s, "op2")
+    y1 = _apply(b, branch, b.x, s, "op1", size=size)
+    y2 = _apply(b, branch, b.x, s, "op2", size=size)
     if join == "add":
         y = b.add_(y1, y2, name="op3")
     else:
@@ -242,9 +337,9 @@ def _multi_input_case(branch: str, join: str, s: TestShapes) -> TestCase:
     mid = g.node("op1").output_shape
     models = {
         "block": g,
-        "branch": _single(branch, shape, s),
+        "branch": _single(branch, shape, s, size=size),
         "join": _single(join, mid, s, name="op2"),
-        "branch+join": _chain([branch, join], shape, s, f"pair_{branch}_{join}"),
+        "branch+join": _chain([branch, join], shape, s, f"pair_{branch}_{join}", [size]),
     }
     return TestCase(f"{{{branch},{branch}}}->{join}", "multi_input", (branch, branch, join),
                     models, {"branch1": ("op1",), "branch2": ("op2",), "join": ("op3",)})

@@ -5,6 +5,7 @@ Layout (``datasets/kernels/<dataset-id>/``, the dataset id defaulting to the bac
     dataset.json           backend id, DeviceInfo and fingerprint id of every row
     <kernel-type>.jsonl    one row per measured configuration (see ``KernelRow``)
     rounds.jsonl           one row per sampling round: accuracy and cost
+    builds.jsonl           one row per build run: types, samples, minutes
     prior.json             the sampling prior used (for the record)
 
 A row holds the kernel type, the config fields, the latency statistics, the
@@ -61,6 +62,8 @@ class KernelDataset:
 
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
+    #: JSONL files of the dataset that are logs, not kernel rows
+    LOGS = ("rounds.jsonl", "builds.jsonl")
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)
@@ -120,13 +123,13 @@ class KernelDataset:
         """Kernel types with a data file, sorted."""
         if not self.directory.exists():
             return []
-        return sorted(p.stem for p in self.directory.glob("*.jsonl") if p.name != self.ROUNDS)
+        return sorted(p.stem for p in self.directory.glob("*.jsonl") if p.name not in self.LOGS)
 
     def files(self) -> list[Path]:
         """Every data file (for cache keys), sorted."""
         if not self.directory.exists():
             return []
-        return sorted(p for p in self.directory.glob("*.jsonl") if p.name != self.ROUNDS)
+        return sorted(p for p in self.directory.glob("*.jsonl") if p.name not in self.LOGS)
 
     def append(self, kernel_type: str, row: dict[str, Any]) -> None:
         """Append one row and flush it to disk before returning."""

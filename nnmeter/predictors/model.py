@@ -245,7 +245,9 @@ class LatencyPredictor:
         out = [[(math.nan, "", np.zeros(0))] * len(ks) for ks in kernels_per_graph]
         for key, items in jobs.items():
             X = np.vstack([x for _, _, x in items])
-            pred = self.regressors[key].predict(X)
+            # kernels repeat across a batch (NAS cells share configs): predict each once
+            uniq, inverse = np.unique(X, axis=0, return_inverse=True)
+            pred = self.regressors[key].predict(uniq)[inverse.ravel()]
             how = "regressor" if key.startswith("type:") else key
             for (gi, ki, _), p in zip(items, pred):
                 out[gi][ki] = (float(p), how, feats_of[(gi, ki)])

@@ -32,11 +32,6 @@ def _measure(cfgs, origin):
     return [Sample(c, _latency(c), origin) for c in cfgs]
 
 
-def _grid():
-    return [{"hw": hw, "cin": ci, "cout": co} for hw in (7, 14, 28)
-            for ci in range(8, 200, 3) for co in range(8, 200, 7)]
-
-
 def test_split_is_stable_and_adaptive_goes_to_train():
     cfg = {"hw": 7, "cin": 3, "cout": 9}
     assert split_of(cfg) == split_of(dict(reversed(list(cfg.items()))))

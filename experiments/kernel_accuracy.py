@@ -1,0 +1,75 @@
+"""Kernel-level accuracy on held-out configurations, per kernel type and per round.
+
+Usage: python experiments/kernel_accuracy.py [--backend ort-cpu ...] [--json out.json]
+
+Two parts, both from the datasets on disk (no new measurements):
+1. the builder's round log: test-split ±10 % accuracy after each sampling round;
+2. a fresh evaluation: train on the train+val splits of each type, report ±5/±10 %
+   accuracy, MAPE on the test split (configs the sampler never used), for the random
+   forest (log time per unit work, the default), the plain log-latency forest and
+   LightGBM.
+Next to it: the measurement repeatability of the kernel rows (median relative spread
+between the protocol's rounds), the noise floor of any accuracy figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--backend", nargs="*", default=None)
+    ap.add_argument("--json", default="experiments/results/kernel_accuracy.json")
+    args = ap.parse_args()
+    from nnmeter.evaluate import evaluate
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors import available_predictors
+    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.predictors.regressors import make_regressor
+    from nnmeter.predictors.train import load_kernel_data, work_feature
+    from nnmeter.sampling.adaptive import split_of
+
+    out = {}
+    for b in args.backend or available_predictors():
+        ds = KernelDataset(kernel_dataset_dir(b), b)
+        res = {"rounds": [r for r in ds.rounds() if r.get("round", 0) > 0], "types": {}}
+        print(f"\n== {b} ==")
+        print(f"{'kernel type':22s} {'n':>5s} {'test':>5s} {'rf ±10%':>8s} {'rf ±5%':>7s} "
+              f"{'MAPE%':>6s} {'rf-raw':>7s} {'lgbm':>6s} {'spread%':>8s}")
+        for t in ds.kernel_types():
+            d = load_kernel_data(ds, t)
+            if d is None or len(d) < 20:
+                continue
+            kt = KERNEL_TYPES.get(t)
+            split = np.array([split_of(kt.config_to_dict(c), o) for c, o in
+                              zip(d.configs, d.origins)])
+            tr, te = split != "test", split == "test"
+            if te.sum() < 3:
+                continue
+            row = {"n": int(len(d)), "n_test": int(te.sum())}
+            for name, reg in (
+                ("rf", make_regressor(t, "rf", norm_feature=work_feature(kt))),
+                ("rf_raw", make_regressor(t, "rf")),
+                ("lgbm", make_regressor(t, "lgbm", norm_feature=work_feature(kt))),
+            ):
+                pred = reg.fit(d.X[tr], d.y[tr]).predict(d.X[te])
+                row[name] = evaluate(pred, d.y[te]).as_dict()
+            spreads = [r.get("spread") for r in ds.rows(t) if r.get("spread") is not None]
+            row["median_spread_percent"] = 100 * float(np.median(spreads)) if spreads else None
+            res["types"][t] = row
+            print(f"{t:22s} {row['n']:5d} {row['n_test']:5d} {100*row['rf']['acc10']:8.1f} "
+                  f"{100*row['rf']['acc5']:7.1f} {row['rf']['mape_percent']:6.1f} "
+                  f"{100*row['rf_raw']['acc10']:7.1f} {100*row['lgbm']['acc10']:6.1f} "
+                  f"{row['median_spread_percent'] or float('nan'):8.2f}")
+        out[b] = res
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

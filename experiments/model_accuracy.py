@@ -1,0 +1,141 @@
+"""Model-level accuracy: zoo variants measured on a backend vs the kernel predictor and
+the FLOPs / FLOPs+MAC baselines, per family, next to measurement repeatability.
+
+Usage:
+  flock /tmp/nnmeter-measure.lock python experiments/model_accuracy.py measure \
+      --backend ort-cpu [--n 20] [--families resnet,mobilenetv2,...] [--passes 2]
+  python experiments/model_accuracy.py report --backend ort-cpu [--json out.json]
+
+``measure`` appends one row per (variant, pass) to datasets/models/<backend>.jsonl as
+it goes (resumable: measured (variant, pass) pairs are skipped). Each pass measures
+every variant once through one Profiler, so the two passes are minutes apart: their
+agreement is the repeatability. The variants come from the zoo's samplers with seed
+1000, which the kernel builder (seed 0, kernels only) never saw as whole models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+SEED = 1000
+
+
+def _path(backend: str) -> Path:
+    from nnmeter.predictors.dataset import data_root
+
+    return data_root() / "datasets" / "models" / f"{backend}.jsonl"
+
+
+def _rows(backend: str) -> list[dict]:
+    p = _path(backend)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line of an interrupted run
+    return out
+
+
+def measure(args: argparse.Namespace) -> None:
+    from nnmeter import zoo
+    from nnmeter.backends import Profiler
+
+    fams = args.families.split(",") if args.families else list(zoo.FAMILY_NAMES)
+    done = {(r["variant"], r["pass"]) for r in _rows(args.backend)}
+    path = _path(args.backend)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    variants = [v for f in fams for v in zoo.sample_variants(f, args.n, seed=SEED)]
+    with Profiler(args.backend) as prof, open(path, "a") as fh:
+        for p in range(args.passes):
+            for v in variants:
+                if (v.name, p) in done:
+                    continue
+                g = v.build()
+                m = prof.measure(g, on_error="record")
+                c = g.cost()
+                row = {"variant": v.name, "family": v.family, "pass": p,
+                       "latency_ms": m.latency_ms if m.ok else None, "spread": m.spread,
+                       "ok": m.ok, "error": m.error, "flops": c.flops,
+                       "memory_bytes": c.memory_bytes,
+                       "fingerprint_id": m.device.fingerprint_id if m.device else None,
+                       "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                print(f"pass {p} {v.name:40s} {row['latency_ms']}")
+
+
+def report(args: argparse.Namespace) -> None:
+    from nnmeter import zoo
+    from nnmeter.evaluate import evaluate
+    from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.baselines import (
+        FlopsBaseline, FlopsMacBaseline, cross_val_predict,
+    )
+
+    rows = [r for r in _rows(args.backend) if r.get("ok") and r.get("latency_ms")]
+    by: dict[str, dict] = {}
+    for r in rows:
+        e = by.setdefault(r["variant"], {"family": r["family"], "lat": [], "F": [
+            r["flops"], r["memory_bytes"]]})
+        e["lat"].append(r["latency_ms"])
+    names = sorted(by)
+    if not names:
+        print("no measured models; run the measure step first")
+        return
+    pred = load_predictor(args.backend)
+    graphs = [zoo.get_variant(n).build() for n in names]
+    predicted = np.array(pred.predict_many(graphs))
+    true = np.array([min(by[n]["lat"]) for n in names])
+    F = np.array([by[n]["F"] for n in names], dtype=float)
+    flops = cross_val_predict(FlopsBaseline, F, true)
+    fmac = cross_val_predict(FlopsMacBaseline, F, true)
+    fams = np.array([by[n]["family"] for n in names])
+    rep_pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in names if len(by[n]["lat"]) >= 2]
+    out = {"backend": args.backend, "n_models": len(names), "families": {}}
+    print(f"{'family':14s} {'n':>3s} {'±5%':>6s} {'±10%':>6s} {'MAPE%':>6s} {'RMSE ms':>8s} "
+          f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'repeat ±10%':>11s}")
+
+    def line(label: str, mask: np.ndarray) -> dict:
+        m = evaluate(predicted[mask], true[mask])
+        mf = evaluate(flops[mask], true[mask])
+        mm = evaluate(fmac[mask], true[mask])
+        sel = [n for n, k in zip(names, mask) if k]
+        pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in sel if len(by[n]["lat"]) >= 2]
+        rep = float(np.mean([abs(a - b) / b <= 0.10 for a, b in pairs])) if pairs else float("nan")
+        print(f"{label:14s} {m.n:3d} {100*m.acc5:6.1f} {100*m.acc10:6.1f} {m.mape_percent:6.1f} "
+              f"{m.rmse_ms:8.3f} {100*mf.acc10:10.1f} {100*mm.acc10:10.1f} {100*rep:11.1f}")
+        return {"predictor": m.as_dict(), "flops": mf.as_dict(), "flops_mac": mm.as_dict(),
+                "repeatability_acc10": rep, "repeat_pairs": len(pairs)}
+
+    for f in sorted(set(fams)):
+        out["families"][f] = line(f, fams == f)
+    out["overall"] = line("ALL", np.ones(len(names), dtype=bool))
+    out["repeatability_pairs"] = len(rep_pairs)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["measure", "report"])
+    ap.add_argument("--backend", default="ort-cpu")
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--families", default=None)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    args.json = args.json or f"experiments/results/model_accuracy_{args.backend}.json"
+    measure(args) if args.step == "measure" else report(args)
+
+
+if __name__ == "__main__":
+    main()
