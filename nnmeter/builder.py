@@ -204,6 +204,7 @@ def build_predictor(
     root: str | Path | None = None,
     rounds: int = 3,
     initial_fraction: float = 0.6,
+    explore_fraction: float = 0.3,
     n_per_family: int = 5,
     seed: int = 0,
     protocol: dict[str, Any] | None = None,
@@ -234,6 +235,11 @@ def build_predictor(
         Adaptive sampling rounds per kernel type.
     initial_fraction : float
         Share of a type's budget for the initial (prior) sample.
+    explore_fraction : float
+        Share of each adaptive round's new configurations drawn fresh from the prior
+        (the rest go around high-error points). On synthetic 2-D step functions, pure
+        neighbourhood sampling fell behind uniform sampling of equal size over the
+        whole space; mixing in prior draws closed most of that gap.
     protocol : dict, optional
         Measurement protocol overrides (default: 4 rounds of 20 ms).
     profiler : Profiler-like, optional
@@ -369,6 +375,12 @@ def build_predictor(
                     d["minutes"] = (time.monotonic() - t_start) / 60
                     ds.log_round(d)
 
+                fresh = iter_initial(priors[t], seed=seed + 7919, accept=accept)
+
+                def explore(n: int, exclude: set[str], _g: Any = fresh) -> list[dict[str, Any]]:
+                    return list(itertools.islice(
+                        (c for c in _g if config_key(c) not in exclude), n))
+
                 res = run_adaptive(
                     t, samples, measure, _featurizer(t),
                     lambda _t=t, _n=norm: make_regressor(_t, "rf", norm_feature=_n,
@@ -377,6 +389,7 @@ def build_predictor(
                     channel_fields=priors[t].channel_fields, ties=priors[t].ties,
                     rounds=rounds, start_round=start_round, per_point=10,
                     max_new_per_round=max(50, len(samples) // 2), accept=accept, seed=seed,
+                    explore=explore, explore_fraction=explore_fraction,
                     should_stop=lambda _d=type_deadline, _l=budget_left: (
                         time.monotonic() >= _d or _l[0] <= 0),
                     on_round=log_round)

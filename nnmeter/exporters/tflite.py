@@ -138,7 +138,8 @@ def _weights(node: Node, rng: np.random.Generator) -> dict[str, np.ndarray]:
         mean = rng.standard_normal(c) * 0.1
         var = rng.uniform(0.5, 1.5, c)
         scale = gamma / np.sqrt(var + a.epsilon)
-        return {"scale": scale.astype(np.float32), "shift": (beta - mean * scale).astype(np.float32)}
+        shift = beta - mean * scale
+        return {"scale": scale.astype(np.float32), "shift": shift.astype(np.float32)}
     if op == "layernorm":
         shape = node.input_shapes[0]
         axis = a.axis % len(shape)
@@ -486,7 +487,8 @@ _EMITTERS: dict[str, Emitter] = {
     "concat": _concat, "split": _split, "channelshuffle": _channelshuffle,
     "maxpool": _pool, "avgpool": _pool, "gap": _gap, "reducemean": _reduce,
     "reshape": _reshape, "flatten": _reshape, "transpose": _transpose, "pad": _pad,
-    "resize": _resize, "softmax": _softmax, "layernorm": _layernorm, "lrn": _lrn, "identity": _identity,
+    "resize": _resize, "softmax": _softmax, "layernorm": _layernorm, "lrn": _lrn,
+    "identity": _identity,
 }
 
 #: IR ops this exporter writes (``input`` aside); ``unknown`` never exports.
@@ -585,7 +587,9 @@ def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
     except UnsupportedOpError:
         raise
     except (ValueError, TypeError, tf.errors.OpError) as err:
-        raise ExportError(f"graph {graph.name!r}: TensorFlow could not trace the model: {err}") from err
+        raise ExportError(
+            f"graph {graph.name!r}: TensorFlow could not trace the model: {err}"
+        ) from err
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], tf.Module())
     if quantize == "int8":
         rng = np.random.default_rng(seed + 1)

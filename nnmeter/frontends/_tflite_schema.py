@@ -293,7 +293,8 @@ def _options(op_type: str, table: "_Table | None") -> dict[str, Any]:
         out[name] = table.scalar(slot, fmt, default) if table is not None else default
     if _ACTIVATION_FIELD in out:
         code = out[_ACTIVATION_FIELD]
-        out[_ACTIVATION_FIELD] = ACTIVATIONS[code] if 0 <= code < len(ACTIVATIONS) else f"code{code}"
+        known = 0 <= code < len(ACTIVATIONS)
+        out[_ACTIVATION_FIELD] = ACTIVATIONS[code] if known else f"code{code}"
     if "padding" in out:
         out["padding"] = "SAME" if out["padding"] == 0 else "VALID"
     return out

@@ -340,7 +340,8 @@ class _Converter:
         _, c, h, wd = self.canon(x)
         cout, kh, kw, cin_g = self.shapes[w]
         o = op.options
-        sh, sw, dh, dw = o["stride_h"], o["stride_w"], o["dilation_h_factor"], o["dilation_w_factor"]
+        sh, sw = o["stride_h"], o["stride_w"]
+        dh, dw = o["dilation_h_factor"], o["dilation_w_factor"]
         groups = max(1, c // max(1, cin_g))
         attrs = ConvAttrs(out_channels=cout, kernel=(kh, kw), stride=(sh, sw),
                           pads=_pads4(o["padding"], h, wd, kh, kw, sh, sw, dh, dw),
@@ -353,7 +354,8 @@ class _Converter:
         _, c, h, wd = self.canon(x)
         _, kh, kw, cout = self.shapes[w]
         o = op.options
-        sh, sw, dh, dw = o["stride_h"], o["stride_w"], o["dilation_h_factor"], o["dilation_w_factor"]
+        sh, sw = o["stride_h"], o["stride_w"]
+        dh, dw = o["dilation_h_factor"], o["dilation_w_factor"]
         attrs = ConvAttrs(out_channels=cout, kernel=(kh, kw), stride=(sh, sw),
                           pads=_pads4(o["padding"], h, wd, kh, kw, sh, sw, dh, dw),
                           dilation=(dh, dw), groups=c, bias=_has(op, 2))
@@ -405,8 +407,8 @@ class _Converter:
         if op.options.get("adj_x") or op.options.get("adj_y"):
             raise _OpMismatch("BATCH_MATMUL with adjoint inputs has no IR op")
         if self.is_const(b) and not self.is_const(a):
-            self.emit_with_activation(op, "fc", FCAttrs(out_features=self.shapes[b][-1], bias=False),
-                                      [a], meta={"from": "BATCH_MATMUL"})
+            attrs = FCAttrs(out_features=self.shapes[b][-1], bias=False)
+            self.emit_with_activation(op, "fc", attrs, [a], meta={"from": "BATCH_MATMUL"})
             return
         self.emit_with_activation(op, "matmul", MatMulAttrs(), [a, b])
 

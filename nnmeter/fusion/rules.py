@@ -19,6 +19,11 @@ File layout (``fusion_rules/<backend-id>.json``, ``schema_version`` 1)::
       ]
     }
 
+``saving_ms`` and ``threshold_ms`` are on times net of the per-inference overhead
+(``extra.overhead_ms``); ``extra.raw`` repeats the decision of the raw rule on the
+measured times (see :mod:`nnmeter.fusion.detect`). ``shapes`` are the test-case shapes
+(:class:`~nnmeter.fusion.testcases.TestShapes`) the file was detected with.
+
 ``kind`` is ``pair`` (op1 → op2), ``multi_output`` (one producer, two consumers;
 ``extra.hypotheses`` and ``extra.chosen``), ``multi_input`` (two computed branches into
 add/concat) or ``block`` (a multi-op subgraph such as ``se``; ``extra.block`` names it).

@@ -114,11 +114,11 @@ class TailKernelType(KernelType):
         return [*self.head_features(config), float(c.flops), float(c.params),
                 float(c.memory_bytes), *tail_features(self.tail)]
 
-    def build_graph(self, config: Any) -> ModelGraph:
+    def build_graph(self, config: Any, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, self.input_shape(config))
         y = self.build_head(b, config)
         y = apply_tail(b, y, self.tail)
-        return b.build([y])
+        return b.build([y], validate=validate)
 
 
 def register_family(cls: type[TailKernelType], canonical_tails: Sequence[tuple[str, ...]]) -> None:

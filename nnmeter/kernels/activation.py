@@ -44,9 +44,9 @@ class ActivationKernel(KernelType):
         n = config.h * config.w * config.cin
         return [config.h, config.w, config.cin, n, self.cost(config).memory_bytes]
 
-    def build_graph(self, config: PlaneConfig) -> ModelGraph:
+    def build_graph(self, config: PlaneConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))
-        return b.build([b.act(b.x, self.op, name=self.op)])
+        return b.build([b.act(b.x, self.op, name=self.op)], validate=validate)
 
 
 for _op in sorted(ACTIVATIONS):

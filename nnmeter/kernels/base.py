@@ -106,7 +106,9 @@ def kernel_cost(graph: ModelGraph) -> KernelCost:
     """
     bpe = bytes_per_element(graph.dtype)
     flops = params = weights_bytes = read = 0
-    for node in graph.topological_nodes():
+    data = graph.nx.nodes
+    for name in graph.nx:  # sums do not depend on the order: no topological sort
+        node = data[name]["node"]
         c = node_cost(node, graph.dtype)
         flops += c.flops
         params += c.params
@@ -135,9 +137,51 @@ def hwc(shape: Sequence[int]) -> tuple[int, int, int]:
 
 
 def topo_nodes(graph: ModelGraph, names: Sequence[str]) -> list[Node]:
-    """The nodes called ``names``, in the graph's topological order."""
-    wanted = set(names)
-    return [n for n in graph.topological_nodes() if n.name in wanted]
+    """The nodes called ``names``, in topological order.
+
+    Names already in a topological order (as the partitioner passes them) are kept
+    in that order; otherwise the few named nodes are sorted by their own edges (ties:
+    insertion order) instead of the whole graph, so reading a kernel's config costs
+    O(kernel size). For a kernel (a convex group of nodes) the result is the graph's
+    topological order restricted to the kernel.
+    """
+    data = graph.nx.nodes
+    nodes = {}
+    for n in names:
+        if n not in nodes:
+            try:
+                nodes[n] = data[n]["node"]
+            except KeyError:
+                graph.node(n)  # raises the graph's own error for an unknown name
+                raise
+    if len(nodes) == 1:
+        return list(nodes.values())
+    seen: set[str] = set()
+    for n, node in nodes.items():
+        if any(r.node in nodes and r.node not in seen for r in node.inputs):
+            break
+        seen.add(n)
+    else:
+        return list(nodes.values())
+    rank = {n: data[n]["order"] for n in nodes}
+    indeg = {n: 0 for n in nodes}
+    readers: dict[str, list[str]] = {n: [] for n in nodes}
+    for n, node in nodes.items():
+        for src in {r.node for r in node.inputs}:
+            if src in nodes:
+                indeg[n] += 1
+                readers[src].append(n)
+    ready = sorted((n for n in nodes if indeg[n] == 0), key=rank.__getitem__)
+    out: list[Node] = []
+    while ready:
+        n = ready.pop(0)
+        out.append(nodes[n])
+        for r in readers[n]:
+            indeg[r] -= 1
+            if indeg[r] == 0:
+                ready.append(r)
+                ready.sort(key=rank.__getitem__)
+    return out
 
 
 def _tupleize(value: Any) -> Any:
@@ -178,8 +222,11 @@ class KernelType:
         """Config of the kernel made of nodes ``names`` of a shape-inferred ``graph``."""
         raise NotImplementedError
 
-    def build_graph(self, config: Any) -> ModelGraph:
-        """A runnable single-kernel ModelGraph for ``config`` (input named ``input``)."""
+    def build_graph(self, config: Any, *, validate: bool = True) -> ModelGraph:
+        """A runnable single-kernel ModelGraph for ``config`` (input named ``input``).
+
+        ``validate=False`` skips the graph lint (for cost figures of a graph built by
+        this very code; what is profiled is always validated)."""
         raise NotImplementedError
 
     def features(self, config: Any) -> np.ndarray:
@@ -212,7 +259,7 @@ class KernelType:
         if config not in cache:
             if len(cache) > 4096:
                 cache.clear()
-            cache[config] = kernel_cost(self.build_graph(config))
+            cache[config] = kernel_cost(self.build_graph(config, validate=False))
         return cache[config]
 
     def config_to_dict(self, config: Any) -> dict[str, Any]:

@@ -50,9 +50,10 @@ class ChannelShuffleKernel(KernelType):
         return [config.h, config.w, config.cin, config.groups,
                 self.cost(config).memory_bytes]
 
-    def build_graph(self, config: ShuffleConfig) -> ModelGraph:
+    def build_graph(self, config: ShuffleConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("channelshuffle", (1, config.cin, config.h, config.w))
-        return b.build([b.channelshuffle(b.x, config.groups, name="channelshuffle")])
+        y = b.channelshuffle(b.x, config.groups, name="channelshuffle")
+        return b.build([y], validate=validate)
 
 
 KERNEL_TYPES.register("channelshuffle", ChannelShuffleKernel())

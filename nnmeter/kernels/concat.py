@@ -47,11 +47,11 @@ class ConcatKernel(KernelType):
         slots = cins[:3] + [sum(cins[3:])] if len(cins) > 4 else cins + [0] * (4 - len(cins))
         return [config.h, config.w, len(cins), *slots, sum(cins)]
 
-    def build_graph(self, config: ConcatConfig) -> ModelGraph:
+    def build_graph(self, config: ConcatConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("concat", (1, config.cins[0], config.h, config.w))
         xs = [b.x] + [b.input(f"input{i + 1}", (1, c, config.h, config.w))
                       for i, c in enumerate(config.cins[1:], start=1)]
-        return b.build([b.concat(xs, name="concat")])
+        return b.build([b.concat(xs, name="concat")], validate=validate)
 
 
 KERNEL_TYPES.register("concat", ConcatKernel())

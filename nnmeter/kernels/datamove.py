@@ -56,7 +56,7 @@ class DataMoveKernel(KernelType):
         return [math.prod(config.in_shape), len(config.in_shape), len(config.out_shape),
                 self.cost(config).memory_bytes]
 
-    def build_graph(self, config: MoveConfig) -> ModelGraph:
+    def build_graph(self, config: MoveConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, config.in_shape)
         if self.op == "reshape":
             y = b.reshape(b.x, config.out_shape, name="reshape")
@@ -66,7 +66,7 @@ class DataMoveKernel(KernelType):
             y = b.transpose(b.x, config.perm, name="transpose")
         else:
             y = b.add("identity", [b.x], name="identity")
-        return b.build([y])
+        return b.build([y], validate=validate)
 
 
 for _op in DATA_MOVE_OPS:

@@ -58,7 +58,7 @@ class MulKernel(KernelType):
                 *(1.0 if config.operand == o else 0.0 for o in OPERANDS),
                 self.cost(config).memory_bytes]
 
-    def build_graph(self, config: MulConfig) -> ModelGraph:
+    def build_graph(self, config: MulConfig, *, validate: bool = True) -> ModelGraph:
         shape = (1, config.cin, config.h, config.w)
         b = GraphBuilder("mul", shape)
         if config.operand == "const":
@@ -66,7 +66,7 @@ class MulKernel(KernelType):
         else:
             other = shape if config.operand == "same" else (1, config.cin, 1, 1)
             y = b.mul(b.x, b.input("input2", other), name="mul")
-        return b.build([y])
+        return b.build([y], validate=validate)
 
 
 KERNEL_TYPES.register("mul", MulKernel())

@@ -56,11 +56,11 @@ class PoolKernel(KernelType):
         return [config.h, config.w, config.cin, config.kernel, config.stride,
                 cost.flops, cost.memory_bytes]
 
-    def build_graph(self, config: PoolConfig) -> ModelGraph:
+    def build_graph(self, config: PoolConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))
         pool = b.maxpool if self.op == "maxpool" else b.avgpool
         return b.build([pool(b.x, config.kernel, config.stride, pads=config.pads,
-                             ceil_mode=config.ceil_mode, name=self.op)])
+                             ceil_mode=config.ceil_mode, name=self.op)], validate=validate)
 
 
 class GapKernel(KernelType):
@@ -78,9 +78,9 @@ class GapKernel(KernelType):
         cost = self.cost(config)
         return [config.h, config.w, config.cin, cost.flops, cost.memory_bytes]
 
-    def build_graph(self, config: PlaneConfig) -> ModelGraph:
+    def build_graph(self, config: PlaneConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("gap", (1, config.cin, config.h, config.w))
-        return b.build([b.gap(b.x, name="gap")])
+        return b.build([b.gap(b.x, name="gap")], validate=validate)
 
 
 KERNEL_TYPES.register("maxpool", PoolKernel("maxpool"))

@@ -58,14 +58,14 @@ class SEKernel(KernelType):
         return [config.h, config.w, config.cin, config.mid, cost.flops, cost.params,
                 cost.memory_bytes]
 
-    def build_graph(self, config: SEConfig) -> ModelGraph:
+    def build_graph(self, config: SEConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("se", (1, config.cin, config.h, config.w))
         s = b.gap(b.x, name="se_gap")
         s = b.conv(s, config.mid, 1, name="se_fc1")
         s = b.act(s, config.inner_act, name="se_act")
         s = b.conv(s, config.cin, 1, name="se_fc2")
         s = b.act(s, config.gate, name="se_gate")
-        return b.build([b.mul(b.x, s, name="se_mul")])
+        return b.build([b.mul(b.x, s, name="se_mul")], validate=validate)
 
 
 KERNEL_TYPES.register("se", SEKernel())

@@ -44,9 +44,9 @@ class SplitKernel(KernelType):
         return [config.h, config.w, config.cin, len(config.sizes),
                 self.cost(config).memory_bytes]
 
-    def build_graph(self, config: SplitConfig) -> ModelGraph:
+    def build_graph(self, config: SplitConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("split", (1, config.cin, config.h, config.w))
-        return b.build(b.split(b.x, config.sizes, name="split"))
+        return b.build(b.split(b.x, config.sizes, name="split"), validate=validate)
 
 
 KERNEL_TYPES.register("split", SplitKernel())

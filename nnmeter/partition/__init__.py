@@ -24,6 +24,13 @@ backend's fusion rules allow:
      between kernels.
 3. Kernels are returned in a topological order of the kernel graph.
 
+Speed: the partitioner reads the graph once into plain dicts (:class:`GraphView`: one
+topological sort, positions, nodes, ordered consumers), checks cycles by a search over
+the node graph with jumps inside kernels (only at joins, only when a producer outside
+the kernel is computed), and orders the kernels with its own Kahn pass. Results are
+identical to the first, networkx-based implementation (a test compares them on every
+zoo base model).
+
 Examples
 --------
 >>> from nnmeter.ir import GraphBuilder
@@ -38,121 +45,168 @@ Examples
 
 from __future__ import annotations
 
+import heapq
 import logging
 from typing import Any
 
 import networkx as nx
 
 from nnmeter.errors import PartitionError
-from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels import Kernel, kernel_from_nodes, kernel_type_of
-from nnmeter.partition.blocks import match_blocks
+from nnmeter.ir.graph import ModelGraph, Node
+from nnmeter.kernels import Kernel, kernel_type_of
+from nnmeter.kernels.base import KERNEL_TYPES
+from nnmeter.partition.blocks import GraphView, match_blocks
 
-__all__ = ["partition", "match_blocks", "kernel_graph"]
+__all__ = ["partition", "match_blocks", "kernel_graph", "GraphView"]
 
 logger = logging.getLogger(__name__)
 
-_BINARY = ("add", "mul", "concat", "sub", "div", "matmul")
+_BINARY = frozenset(("add", "mul", "concat", "sub", "div", "matmul"))
+
+
+class _Rules:
+    """Memoised lookups of a rules object (the partitioner asks the same few
+    questions hundreds of times)."""
+
+    def __init__(self, rules: Any) -> None:
+        self.rules = rules
+        self._fuses: dict[tuple[str, str], bool] = {}
+        self._mc: dict[str, bool] = {}
+        self._mi: dict[str, bool] = {}
+        self._types: dict[tuple[str, ...], str] = {}
+
+    def fuses(self, a: str, b: str) -> bool:
+        key = (a, b)
+        hit = self._fuses.get(key)
+        if hit is None:
+            hit = self._fuses[key] = bool(self.rules.fuses(a, b))
+        return hit
+
+    def multi_consumer_fuses(self, op: str) -> bool:
+        hit = self._mc.get(op)
+        if hit is None:
+            hit = self._mc[op] = bool(self.rules.multi_consumer_fuses(op))
+        return hit
+
+    def multi_input_fuses(self, op: str) -> bool:
+        hit = self._mi.get(op)
+        if hit is None:
+            hit = self._mi[op] = bool(self.rules.multi_input_fuses(op))
+        return hit
+
+    def type_of(self, ops: tuple[str, ...]) -> str:
+        hit = self._types.get(ops)
+        if hit is None:
+            hit = self._types[ops] = kernel_type_of(ops)
+        return hit
 
 
 class _State:
-    """Node → kernel assignment during partitioning, with the quotient graph (kernels
-    contracted to one vertex each) kept up to date for cycle checks."""
+    """Node → kernel assignment during partitioning."""
 
-    def __init__(self, graph: ModelGraph) -> None:
-        self.graph = graph
-        self.order = graph.topological_order()
-        self.pos = {n: i for i, n in enumerate(self.order)}
+    def __init__(self, view: GraphView) -> None:
+        self.view = view
         self.kernel_of: dict[str, int] = {}
         self.members: list[list[str]] = []
         self.types: list[str | None] = []
-        self.q: nx.DiGraph = nx.DiGraph(graph.nx.edges)
-        self.q.add_nodes_from(graph.nx.nodes)
-
-    def _contract(self, name: str, kid: int) -> None:
-        k = ("kernel", kid)
-        self.q.add_node(k)
-        for p in list(self.q.predecessors(name)):
-            if p != k:
-                self.q.add_edge(p, k)
-        for c in list(self.q.successors(name)):
-            if c != k:
-                self.q.add_edge(k, c)
-        self.q.remove_node(name)
-        self.kernel_of[name] = kid
 
     def new(self, names: list[str], type_name: str | None = None) -> int:
         kid = len(self.members)
         self.members.append(list(names))
         self.types.append(type_name)
         for n in names:
-            self._contract(n, kid)
+            self.kernel_of[n] = kid
         return kid
 
     def add(self, kid: int, name: str) -> None:
         self.members[kid].append(name)
-        self._contract(name, kid)
-
-    def group(self, name: str) -> Any:
-        kid = self.kernel_of.get(name)
-        return name if kid is None else ("kernel", kid)
+        self.kernel_of[name] = kid
 
     def merge_makes_cycle(self, kid: int, c: str) -> bool:
-        """True when putting ``c`` into kernel ``kid`` would close a cycle: some other
-        producer of ``c`` is reachable from the kernel (never through ``c`` itself,
+        """True when putting ``c`` into kernel ``kid`` would close a cycle between
+        kernels: some other producer of ``c`` is reachable from the kernel in the graph
+        where every kernel is contracted to one vertex (never through ``c`` itself,
         since a producer of ``c`` cannot descend from ``c``)."""
-        k = ("kernel", kid)
-        targets = {self.group(p) for p in self.graph.predecessors(c)} - {k}
+        view, kernel_of = self.view, self.kernel_of
+        targets = set()
+        for p in view.preds[c]:
+            g = kernel_of.get(p, p)
+            if g != kid and view.nodes[p].op != "input":
+                targets.add(g)
         if not targets:
             return False
-        reach = nx.descendants(self.q, k)
-        return bool(targets & reach)
+        # search forward from the kernel; entering a kernel at any member reaches all
+        # of its members (they are one vertex)
+        seen_groups: set[Any] = {kid}
+        stack = list(self.members[kid])
+        succs = view.succs
+        while stack:
+            n = stack.pop()
+            for s in succs[n]:
+                if s == c:
+                    continue
+                g = kernel_of.get(s, s)
+                if g in seen_groups:
+                    continue
+                if g in targets:
+                    return True
+                seen_groups.add(g)
+                if g == s:
+                    stack.append(s)
+                else:
+                    stack.extend(self.members[g])
+        return False
 
 
-def _rule_tail_op(graph: ModelGraph, members: list[str]) -> str:
+def _rule_tail_op(nodes: dict[str, Node], members: list[str]) -> str:
     for name in reversed(members):
-        op = graph.node(name).op
+        op = nodes[name].op
         if op != "identity":
             return op
-    return graph.node(members[-1]).op
+    return nodes[members[-1]].op
 
 
-def _next_member(state: _State, kid: int, rules: Any) -> str | None:
-    g = state.graph
+def _next_member(state: _State, kid: int, rules: _Rules) -> str | None:
+    view = state.view
+    nodes = view.nodes
     members = state.members[kid]
     tail = members[-1]
-    tail_node = g.node(tail)
+    tail_node = nodes[tail]
     if len(tail_node.output_shapes) > 1:
         return None  # split-like nodes end their kernel
-    consumers = g.successors(tail)
+    consumers = view.succs[tail]
     if not consumers:
         return None
-    is_output = any(o.node == tail for o in g.outputs)
-    tail_op = _rule_tail_op(g, members)
+    is_output = tail in view.output_nodes
+    tail_op = _rule_tail_op(nodes, members)
     if (len(consumers) > 1 or is_output) and not rules.multi_consumer_fuses(tail_op):
         return None
-    ops = tuple(g.node(n).op for n in members)
+    ops = tuple(nodes[n].op for n in members)
     core = [o for o in ops if o != "identity"]
     # ops the head absorbed (conv <- bn folded, conv <- relu) make the head the op the
     # next one fuses with: conv-bn -> relu follows the conv -> relu rule
     rule_ops = [tail_op]
     if len(core) > 1 and all(rules.fuses(core[0], o) for o in core[1:]):
         rule_ops.append(core[0])
+    member_set = None
     for c in consumers:
         if c in state.kernel_of:
             continue
-        cnode = g.node(c)
-        if cnode.op != "identity":
-            if not any(rules.fuses(o, cnode.op) for o in rule_ops):
+        cop = nodes[c].op
+        if cop != "identity":
+            if not any(rules.fuses(o, cop) for o in rule_ops):
                 continue
-            if kernel_type_of(ops + (cnode.op,)) == "other":
+            if rules.type_of(ops + (cop,)) == "other":
                 continue
-        outside = [p for p in g.predecessors(c) if p not in members]
-        computed = [p for p in outside if g.node(p).op != "input"]
-        if computed and cnode.op in _BINARY and not rules.multi_input_fuses(cnode.op):
-            continue
-        if outside and state.merge_makes_cycle(kid, c):
-            continue
+        if member_set is None:
+            member_set = set(members)
+        outside = [p for p in view.preds[c] if p not in member_set]
+        if outside:
+            computed = any(nodes[p].op != "input" for p in outside)
+            if computed and cop in _BINARY and not rules.multi_input_fuses(cop):
+                continue
+            if state.merge_makes_cycle(kid, c):
+                continue
         return c
     return None
 
@@ -187,6 +241,58 @@ def kernel_graph(graph: ModelGraph, kernels: list[Kernel]) -> nx.DiGraph:
     return kg
 
 
+def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str, int],
+                  graph_name: str) -> list[int]:
+    """Kernel indices in topological order of the kernel graph, ties by the position
+    of each kernel's first node (a lexicographic Kahn pass).
+
+    Raises
+    ------
+    PartitionError
+        If the kernels form a cycle (a partitioner bug).
+    """
+    n = len(members)
+    succ: list[set[int]] = [set() for _ in range(n)]
+    indeg = [0] * n
+    for kid, names in enumerate(members):
+        for name in names:
+            for s in view.succs[name]:
+                t = kernel_of[s]
+                if t != kid and t not in succ[kid]:
+                    succ[kid].add(t)
+                    indeg[t] += 1
+    first = [min(view.pos[m] for m in names) for names in members]
+    heap = [(first[k], k) for k in range(n) if indeg[k] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, k = heapq.heappop(heap)
+        order.append(k)
+        for t in succ[k]:
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                heapq.heappush(heap, (first[t], t))
+    if len(order) != n:
+        stuck = [members[k][0] for k in range(n) if indeg[k] > 0][:5]
+        raise PartitionError(
+            f"kernels of {graph_name!r} form a cycle through kernels starting at {stuck}; "
+            f"this is a partitioner bug, please report it with the model"
+        )
+    return order
+
+
+def _make_kernel(view: GraphView, names: list[str], type_name: str | None,
+                 graph: ModelGraph, rules: _Rules) -> Kernel:
+    ops = tuple(view.nodes[n].op for n in names)
+    tname = type_name or rules.type_of(ops)
+    try:
+        config = KERNEL_TYPES.get(tname).config_from_nodes(graph, names)
+    except (StopIteration, ValueError, IndexError, AttributeError):
+        tname = "other"
+        config = KERNEL_TYPES.get("other").config_from_nodes(graph, names)
+    return Kernel(tname, tuple(names), ops, config)
+
+
 def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
     """Split ``graph`` into kernels according to ``rules``; deterministic.
 
@@ -208,28 +314,29 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
     PartitionError
         If the result would not be a DAG of kernels covering every op (a bug).
     """
-    if any(not n.output_shapes for n in graph.topological_nodes()):
+    view = GraphView(graph)
+    if any(not n.output_shapes for n in view.nodes.values()):
         graph = graph.copy().infer_shapes()
-    state = _State(graph)
-    for block, names in match_blocks(graph):
+        view = GraphView(graph)
+    memo = _Rules(rules)
+    state = _State(view)
+    for block, names in match_blocks(graph, view=view):
         if rules.block_fused(block):
             state.new(list(names), block)
-    for name in state.order:
-        if name in state.kernel_of or graph.node(name).op == "input":
+    nodes = view.nodes
+    for name in view.order:
+        if name in state.kernel_of or nodes[name].op == "input":
             continue
         kid = state.new([name])
         while True:
-            nxt = _next_member(state, kid, rules)
+            nxt = _next_member(state, kid, memo)
             if nxt is None:
                 break
             state.add(kid, nxt)
-    kernels = []
-    for names, tname in zip(state.members, state.types):
-        names_sorted = sorted(names, key=state.pos.__getitem__)
-        kernels.append(kernel_from_nodes(graph, names_sorted, tname))
-    kg = kernel_graph(graph, kernels)
-    first = [state.pos[k.nodes[0]] for k in kernels]
-    order = list(nx.lexicographical_topological_sort(kg, key=lambda i: first[i]))
-    logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(graph),
-                 len(order))
-    return [kernels[i] for i in order]
+    pos = view.pos
+    members = [sorted(names, key=pos.__getitem__) for names in state.members]
+    order = _kernel_order(view, members, state.kernel_of, graph.name)
+    kernels = [_make_kernel(view, members[i], state.types[i], graph, memo) for i in order]
+    logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(nodes),
+                 len(kernels))
+    return kernels

@@ -16,20 +16,92 @@ Examples
 
 from __future__ import annotations
 
+import heapq
+
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.kernels.naming import block_type_of
 
-__all__ = ["match_blocks"]
+__all__ = ["match_blocks", "GraphView"]
 
 
-def _private(graph: ModelGraph, name: str) -> bool:
+class GraphView:
+    """A read-only snapshot of a ModelGraph in plain dicts, for fast passes.
+
+    One topological sort; ``order`` (names), ``pos`` (name → index in ``order``),
+    ``nodes`` (name → Node), ``succs`` (name → consumer names in insertion order, like
+    :meth:`ModelGraph.successors`), ``preds`` (name → distinct producers in input order,
+    like :meth:`ModelGraph.predecessors`) and ``output_nodes`` (names of nodes whose
+    output is a graph output). Never mutate the graph while a view of it is in use.
+    """
+
+    __slots__ = ("graph", "order", "pos", "nodes", "succs", "preds", "output_nodes")
+
+    def __init__(self, graph: ModelGraph) -> None:
+        self.graph = graph
+        data = graph.nx.nodes
+        # networkx's adjacency dicts, read directly: the views cost more than the work
+        succ_of, pred_of = graph.nx._succ, graph.nx._pred
+        rank = {n: d["order"] for n, d in data.items()}
+        self.nodes = {n: d["node"] for n, d in data.items()}
+        # one Kahn pass, ties by insertion order: the order ModelGraph.topological_order
+        # gives (networkx's lexicographical_topological_sort keyed the same way)
+        indeg = {n: len(pred_of[n]) for n in rank}
+        heap = [(rank[n], n) for n, d in indeg.items() if d == 0]
+        heapq.heapify(heap)
+        order: list[str] = []
+        while heap:
+            _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in succ_of[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (rank[s], s))
+        if len(order) != len(rank):
+            order = graph.topological_order()  # raises the graph's cycle error
+        self.order = order
+        self.pos = {n: i for i, n in enumerate(order)}
+        self.succs = {n: (sorted(succ_of[n], key=rank.__getitem__) if len(succ_of[n]) > 1
+                          else list(succ_of[n])) for n in order}
+        preds: dict[str, list[str]] = {}
+        for n, node in self.nodes.items():
+            ins = node.inputs
+            if len(ins) == 1:
+                preds[n] = [ins[0].node]
+                continue
+            seen: list[str] = []
+            for ref in ins:
+                if ref.node not in seen:
+                    seen.append(ref.node)
+            preds[n] = seen
+        self.preds = preds
+        self.output_nodes = frozenset(o.node for o in graph.outputs)
+
+    # ModelGraph-like reading API used by the block matchers
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def successors(self, name: str) -> list[str]:
+        return self.succs[name]
+
+    def topological_nodes(self) -> list[Node]:
+        return [self.nodes[n] for n in self.order]
+
+    @property
+    def outputs(self) -> list[Ref]:
+        return self.graph.outputs
+
+
+def _private(graph: "ModelGraph | GraphView", name: str) -> bool:
     """True when ``name`` has one consumer node, one output port, and is no graph output."""
     node = graph.node(name)
-    return (len(graph.successors(name)) == 1 and len(node.output_shapes) <= 1
-            and not any(o.node == name for o in graph.outputs))
+    if len(graph.successors(name)) != 1 or len(node.output_shapes) > 1:
+        return False
+    if isinstance(graph, GraphView):
+        return name not in graph.output_nodes
+    return not any(o.node == name for o in graph.outputs)
 
 
-def _producer(graph: ModelGraph, ref: Ref) -> Node:
+def _producer(graph: "ModelGraph | GraphView", ref: Ref) -> Node:
     return graph.node(ref.node)
 
 
@@ -110,13 +182,23 @@ def _match_gap(graph: ModelGraph, node: Node) -> tuple[str, ...] | None:
     return None
 
 
-def match_blocks(graph: ModelGraph) -> list[tuple[str, tuple[str, ...]]]:
+# ops a block match can start from (its anchor): se from its mul, h-swish/h-sigmoid from
+# the add(+3), channel shuffle from the first reshape, gap+flatten from the gap
+_ANCHORS = frozenset(("mul", "add", "reshape", "gap"))
+
+
+def match_blocks(graph: ModelGraph, *,
+                 view: GraphView | None = None) -> list[tuple[str, tuple[str, ...]]]:
     """Every non-overlapping block match, in topological order of the first node.
 
     ``se`` is matched first (it contains a gap and may contain an h-sigmoid), then
-    h-swish/h-sigmoid, channel shuffle and gap+flatten.
+    h-swish/h-sigmoid, channel shuffle and gap+flatten. ``view`` (a :class:`GraphView`
+    of ``graph``) saves re-reading the graph.
     """
-    nodes = graph.topological_nodes()
+    if view is None:
+        view = GraphView(graph)
+    graph = view  # type: ignore[assignment]  # the matchers only read
+    nodes = [n for n in view.topological_nodes() if n.op in _ANCHORS]
     taken: set[str] = set()
     found: list[tuple[str, tuple[str, ...]]] = []
 
@@ -141,7 +223,7 @@ def match_blocks(graph: ModelGraph) -> list[tuple[str, tuple[str, ...]]]:
         m = _match_gap(graph, n)
         if m:
             keep("gap", m)
-    pos = {n.name: i for i, n in enumerate(nodes)}
+    pos = view.pos
     found.sort(key=lambda item: pos[item[1][0]])
     return found
 

@@ -24,13 +24,61 @@ import numpy as np
 
 from nnmeter.predictors.regressors import LinearKernelRegressor
 
-__all__ = ["graph_cost_features", "FlopsBaseline", "FlopsMacBaseline", "cross_val_predict"]
+__all__ = ["graph_cost_features", "graph_op_features", "FlopsBaseline", "FlopsMacBaseline",
+           "GraphMLPBaseline", "cross_val_predict", "OP_GROUPS"]
+
+#: op groups whose count, FLOPs and bytes make the graph-level features of the MLP
+OP_GROUPS = (("conv",), ("dwconv",), ("fc", "matmul"), ("bn",),
+             ("relu", "relu6", "clip", "hswish", "hsigmoid", "sigmoid", "swish", "gelu"),
+             ("add", "mul", "sub", "div"), ("maxpool", "avgpool", "gap"),
+             ("concat", "split", "channelshuffle", "reshape", "flatten", "transpose"))
 
 
 def graph_cost_features(graph: Any) -> np.ndarray:
     """[FLOPs, memory bytes] of a shape-inferred ModelGraph."""
     c = graph.cost()
     return np.array([float(c.flops), float(c.memory_bytes)])
+
+
+def graph_op_features(graph: Any) -> np.ndarray:
+    """Graph-level aggregated node features: per op group (count, log FLOPs, log bytes),
+    plus log total FLOPs and bytes. The input of :class:`GraphMLPBaseline`."""
+    from nnmeter.ir.cost import node_cost
+
+    group_of = {op: i for i, ops in enumerate(OP_GROUPS) for op in ops}
+    agg = np.zeros((len(OP_GROUPS) + 1, 3))
+    for node in graph.topological_nodes():
+        if node.op == "input":
+            continue
+        c = node_cost(node, graph.dtype)
+        i = group_of.get(node.op, len(OP_GROUPS))
+        agg[i] += (1.0, c.flops, c.memory_bytes)
+    agg[:, 1:] = np.log1p(agg[:, 1:])
+    total = graph_cost_features(graph)
+    return np.concatenate([agg.ravel(), np.log1p(total)])
+
+
+class GraphMLPBaseline:
+    """A small MLP (scikit-learn) on aggregated node features, learning log latency:
+    a cheap stand-in for BRP-NAS's GCN over the whole graph (graph-level pooling of
+    node features, no message passing)."""
+
+    def __init__(self, *, hidden: tuple[int, ...] = (64, 32), random_state: int = 0) -> None:
+        self.hidden = hidden
+        self.random_state = random_state
+
+    def fit(self, F: np.ndarray, y: np.ndarray) -> "GraphMLPBaseline":
+        from sklearn.neural_network import MLPRegressor
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        self.model_ = make_pipeline(StandardScaler(), MLPRegressor(
+            hidden_layer_sizes=self.hidden, max_iter=3000, random_state=self.random_state,
+            alpha=1e-3)).fit(np.asarray(F), np.log(np.asarray(y)))
+        return self
+
+    def predict(self, F: np.ndarray) -> np.ndarray:
+        return np.exp(self.model_.predict(np.asarray(F)))
 
 
 class FlopsBaseline:

@@ -192,6 +192,8 @@ def run_adaptive(
     max_new_per_round: int = 300,
     accept: Callable[[dict[str, Any]], bool] | None = None,
     cv_folds: int = 3,
+    explore: Callable[[int, set[str]], list[dict[str, Any]]] | None = None,
+    explore_fraction: float = 0.0,
     seed: int = 0,
     should_stop: Callable[[], bool] = lambda: False,
     on_round: Callable[[RoundLog], None] | None = None,
@@ -218,6 +220,13 @@ def run_adaptive(
         Stop early once the cross-validated ±10 % accuracy reaches this share.
     cv_folds : int
         Folds of the cross-validation that finds high-error points.
+    explore : callable, optional
+        ``explore(n, exclude_keys) -> configs``: fresh draws from the prior. With
+        ``explore_fraction`` > 0, that share of each round's new configurations comes
+        from the prior instead of the neighbourhoods of high-error points, which keeps
+        the whole space covered when errors cluster.
+    explore_fraction : float
+        See ``explore``.
     max_new_per_round : int
         Cap on new configurations per round (largest errors first).
     accept : callable, optional
@@ -260,6 +269,12 @@ def run_adaptive(
                 if len(new_cfgs) >= max_new_per_round:
                     new_cfgs = new_cfgs[:max_new_per_round]
                     break
+            if explore is not None and explore_fraction > 0 and new_cfgs:
+                n_explore = int(round(len(new_cfgs) * explore_fraction))
+                drawn = explore(n_explore, exclude)
+                for c in drawn:
+                    exclude.add(config_key(c))
+                new_cfgs = new_cfgs[:len(new_cfgs) - len(drawn)] + list(drawn)
         new = measure(new_cfgs, f"round{rnd}") if new_cfgs else []
         samples += new
         log = RoundLog(

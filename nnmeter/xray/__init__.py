@@ -256,7 +256,6 @@ def _range_warnings(dep: Runner, trace: Trace) -> list[str]:
 
 def _scale_divergence(diffs: list[LayerDiff], k: float) -> LayerDiff | None:
     """First int8 layer whose error, in quantization steps, jumps far above its inputs'."""
-    prev_scales: dict[str, float] = {}
     for x in diffs:
         if x.rmse_scales is not None and x.rmse_scales > SCALE_ERROR_LIMIT \
                 and x.nrmse > k * x.input_nrmse and x.ref_range > 0:
@@ -264,7 +263,6 @@ def _scale_divergence(diffs: list[LayerDiff], k: float) -> LayerDiff | None:
             factor = x.deployed_quant[0] / ideal
             if factor < 1 / SCALE_FACTOR_LIMIT or factor > SCALE_FACTOR_LIMIT:
                 return x
-        prev_scales[x.deployed] = x.rmse_scales or 0.0
     return None
 
 

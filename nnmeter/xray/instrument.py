@@ -181,6 +181,8 @@ def default_backend(path: str | pathlib.Path) -> str:
         return "litert-cpu"
     if suffix == ".onnx":
         return "ort-cpu"
+    if suffix in (".keras", ".h5"):
+        return "litert-cpu"  # converted to a float .tflite
     raise ModelLoadError(
         f"cannot tell the runtime of {str(path)!r}: xray runs .onnx (ort-cpu) and .tflite "
         f"(litert-cpu, litert-cpu-ref) models; convert the model or pass one of those")
@@ -658,6 +660,27 @@ def open_runner(path: str | pathlib.Path, backend: str | None = None) -> Runner:
         return LiteRTRunner(p, backend)
     if p.suffix.lower() == ".onnx":
         return OnnxRunner(p, backend)
+    if p.suffix.lower() in (".keras", ".h5"):
+        return LiteRTRunner(_keras_to_float_tflite(p), "litert-cpu")
     raise ModelLoadError(
-        f"xray cannot instrument {p.name!r}: supported model files are .onnx and .tflite "
-        f"(convert Keras models with model.export(path, format='litert'))")
+        f"xray cannot instrument {p.name!r}: supported model files are .onnx, .tflite and "
+        f".keras/.h5 (float references)")
+
+
+def _keras_to_float_tflite(path: pathlib.Path) -> pathlib.Path:
+    """Convert a Keras model to a float .tflite in a temp dir (float math is kept, so it
+    serves as the reference). Imports TensorFlow."""
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise BackendUnavailableError("a Keras reference needs TensorFlow; pip install "
+                                      "tensorflow-cpu") from err
+    try:
+        model = tf.keras.models.load_model(str(path), compile=False)
+        data = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    except (ValueError, OSError, TypeError) as err:
+        raise ModelLoadError(f"cannot load or convert the Keras model {path}: {err}") from err
+    out = pathlib.Path(tempfile.mkdtemp(prefix="nnmeter-xray-keras-")) / (path.stem + ".tflite")
+    out.write_bytes(data)
+    logger.info("Keras reference %s converted to float %s", path, out)
+    return out

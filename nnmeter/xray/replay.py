@@ -92,9 +92,9 @@ def record_pipeline(runner: Runner, raw_inputs: Sequence[Any], *,
         elif preprocess is not None:
             try:
                 arrays, steps = _split_steps(preprocess(raw))
-            except InputMismatchError:
+            except XRayError:
                 raise
-            except (ValueError, TypeError, IndexError) as err:
+            except (ValueError, TypeError, IndexError, KeyError) as err:
                 raise XRayError(f"the preprocessing function failed on input {i}: "
                                 f"{type(err).__name__}: {err}") from err
             feeds = runner.feeds_from_native(arrays)

@@ -52,11 +52,12 @@ def test_tf_name_makes_legal_names():
 
 
 def test_spatial_padding_choices():
+    k3, one = (3, 3), (1, 1)
     # symmetric pads, stride 1: same output as SAME
-    assert _spatial_padding(28, 28, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (28, 28)) == ("SAME", None)
+    assert _spatial_padding(28, 28, k3, one, one, (1, 1, 1, 1), (28, 28)) == ("SAME", None)
     # stride 2 with symmetric pads still gives SAME's output size
-    assert _spatial_padding(28, 28, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (14, 14)) == ("SAME", None)
-    assert _spatial_padding(28, 28, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), (26, 26)) == ("VALID", None)
+    assert _spatial_padding(28, 28, k3, (2, 2), one, (1, 1, 1, 1), (14, 14)) == ("SAME", None)
+    assert _spatial_padding(28, 28, k3, one, one, (0, 0, 0, 0), (26, 26)) == ("VALID", None)
     pad, explicit = _spatial_padding(28, 28, (3, 3), (1, 1), (1, 1), (2, 2, 2, 2), (30, 30))
     assert pad == "VALID" and explicit == [[0, 0], [2, 2], [2, 2], [0, 0]]
     # ceil_mode pooling: one extra end row/col
@@ -108,7 +109,8 @@ def _one_op_graphs() -> dict[str, ModelGraph]:
     b = new("conv_dil"); graphs["conv_dil"] = b.build([b.conv(b.x, 4, 3, dilation=2)])
     b = new("dwconv"); graphs["dwconv"] = b.build([b.dwconv(b.x, 5, 2)])
     b = new("convtranspose"); graphs["convtranspose"] = b.build([b.convtranspose(b.x, 4, 3, 2)])
-    b = new("convtranspose_k2"); graphs["convtranspose_k2"] = b.build([b.convtranspose(b.x, 4, 2, 2)])
+    b = new("convtranspose_k2")
+    graphs["convtranspose_k2"] = b.build([b.convtranspose(b.x, 4, 2, 2)])
     b = new("fc", (2, 20)); graphs["fc"] = b.build([b.fc(b.x, 7)])
     b = new("fc3d", (1, 5, 20)); graphs["fc3d"] = b.build([b.fc(b.x, 7)])
     b = new("bn"); graphs["bn"] = b.build([b.bn(b.x)])
@@ -140,9 +142,11 @@ def _one_op_graphs() -> dict[str, ModelGraph]:
     b = new("softmax"); graphs["softmax"] = b.build([b.softmax(b.x, axis=1)])
     b = new("layernorm", (1, 5, 16)); graphs["layernorm"] = b.build([b.layernorm(b.x)])
     b = new("matmul", (1, 5, 16))
-    graphs["matmul"] = b.build([b.add("matmul", [b.x, b.transpose(b.x, (0, 2, 1))], MatMulAttrs())])
+    xt = b.transpose(b.x, (0, 2, 1))
+    graphs["matmul"] = b.build([b.add("matmul", [b.x, xt], MatMulAttrs())])
     b = new("reducemean")
-    graphs["reducemean"] = b.build([b.add("reducemean", [b.x], ReduceAttrs(axes=(1,), keepdims=True))])
+    mean_c = ReduceAttrs(axes=(1,), keepdims=True)
+    graphs["reducemean"] = b.build([b.add("reducemean", [b.x], mean_c)])
     b = new("lrn"); graphs["lrn"] = b.build([b.add("lrn", [b.x], LRNAttrs(size=5))])
     return graphs
 

@@ -45,6 +45,31 @@ def test_decide_pair_rule():
     assert not d.fused and not d.close
 
 
+def test_overhead_correction_removes_the_per_inference_bias():
+    # two ~free ops whose times are the overhead (0.5 ms) plus a little: the raw rule
+    # calls them fused only because T1 + T2 pays the overhead twice
+    t1, t2, t12 = Timing(0.6, 0.0), Timing(0.55, 0.0), Timing(0.64, 0.0)
+    raw = decide_pair(t1, t2, t12)
+    net = decide_pair(t1, t2, t12, overhead_ms=0.5)
+    assert raw.fused and not net.fused
+    assert net.saving_ms == pytest.approx(0.01) and net.threshold_ms == pytest.approx(0.025)
+    # times below the overhead floor at zero
+    assert decide_pair(Timing(0.4, 0.0), t2, t12, overhead_ms=0.5).threshold_ms == 0.0
+
+
+def test_measure_overhead_splits_inference_and_node_costs():
+    from nnmeter.fusion.detect import _Store, measure_overhead
+
+    class Fake:
+        def measure(self, graph, on_error="record", **kw):
+            t = 0.004 + 0.0005 * (len(graph) - 1)  # O_inf 4 us, 0.5 us per node
+            return Measurement(t, t, t, 0.0, 0.0, 5, 50, DEVICE)
+
+    store = _Store(lambda g: Fake().measure(g), None, False)
+    o_inf, o_node = measure_overhead(store)
+    assert o_inf == pytest.approx(0.004) and o_node == pytest.approx(0.0005)
+
+
 def test_scripted_detection_decisions_and_file(tmp_path):
     prof = ScriptedProfiler()
     out = tmp_path / "fake-cpu.json"
@@ -59,6 +84,8 @@ def test_scripted_detection_decisions_and_file(tmp_path):
     data = json.loads(out.read_text())
     p = next(p for p in data["patterns"] if p["name"] == "conv->relu")
     assert set(p["times_ms"]) == {"op1", "op2", "block"} and p["close"] is False
+    assert p["extra"]["raw"]["fused"] is True and p["extra"]["overhead_ms"] > 0
+    assert data["detection"]["overhead_ms"] > 0 and "node_overhead_ms" in data["detection"]
     assert not (tmp_path / "fake-cpu.json.partial.jsonl").exists()
 
 

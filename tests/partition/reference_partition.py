@@ -1,4 +1,8 @@
-"""The kernel partitioner: split a ModelGraph into the kernels a backend really runs.
+"""Reference partitioner: the first, networkx-based implementation, kept unchanged to
+check that the fast one (nnmeter.partition) gives identical kernels.
+
+Original module docstring follows.
+
 
 :func:`partition` walks the graph depth-first along producer → consumer edges in a
 deterministic topological order and grows each kernel from its first node while the

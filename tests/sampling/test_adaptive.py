@@ -57,13 +57,17 @@ def test_sample_around_range_ties_and_no_duplicates():
     assert not set(keys) & {config_key(c) for c in again}
 
 
+CMAX = 600
+
+
 def _draw(rng, n):
-    # dwconv-like: one channel count (cin == cout), a few resolutions
-    out = []
-    for _ in range(n):
-        c = int(rng.integers(8, 200))
-        out.append({"hw": int(rng.choice([7, 14, 28])), "cin": c, "cout": c})
-    return list({config_key(c): c for c in out}.values())
+    """``n`` distinct dwconv-like configs (cin == cout), uniform over the space."""
+    out = {}
+    while len(out) < n:
+        c = int(rng.integers(8, CMAX))
+        cfg = {"hw": int(rng.choice([7, 14, 28])), "cin": c, "cout": c}
+        out.setdefault(config_key(cfg), cfg)
+    return list(out.values())
 
 
 def test_adaptive_finds_step_points_better_than_uniform():
@@ -82,7 +86,7 @@ def test_adaptive_finds_step_points_better_than_uniform():
     assert [log.round for log in logs] == list(range(1, len(logs) + 1))
     # uniform baseline with the same number of measurements
     uni = _draw(rng, n_total)
-    grid = [{"hw": hw, "cin": c, "cout": c} for hw in (7, 14, 28) for c in range(8, 200)]
+    grid = [{"hw": hw, "cin": c, "cout": c} for hw in (7, 14, 28) for c in range(8, CMAX)]
     truth = np.array([_latency(c) for c in grid])
     adaptive_reg = _make().fit(_featurize([s.config for s in res.samples]),
                                [s.latency_ms for s in res.samples])
@@ -90,10 +94,11 @@ def test_adaptive_finds_step_points_better_than_uniform():
     acc_adaptive = within(adaptive_reg.predict(_featurize(grid)), truth, 10)
     acc_uniform = within(uniform_reg.predict(_featurize(grid)), truth, 10)
     assert acc_adaptive > acc_uniform, (acc_adaptive, acc_uniform)
-    # the sampler measured more points right next to step points than uniform did
-    def near_steps(cfgs):
-        return sum(1 for c in cfgs if min(c["cout"] % STEP, STEP - c["cout"] % STEP) <= 1)
-    assert near_steps([s.config for s in res.samples]) > near_steps(uni)
+    # and right at the step points (within 2 channels of a jump)
+    near = [c for c in grid if min(c["cout"] % STEP, STEP - c["cout"] % STEP) <= 2]
+    t_near = np.array([_latency(c) for c in near])
+    assert within(adaptive_reg.predict(_featurize(near)), t_near, 10) > \
+        within(uniform_reg.predict(_featurize(near)), t_near, 10)
 
 
 def test_adaptive_stops_on_budget():
@@ -102,3 +107,23 @@ def test_adaptive_stops_on_budget():
     res = run_adaptive("dwconv", samples, _measure, _featurize, _make,
                        channel_fields=("cin", "cout"), rounds=5, should_stop=lambda: True)
     assert len(res.logs) == 1 and res.logs[0].n_new == 0 and len(res.samples) == len(samples)
+
+
+def test_explore_fraction_mixes_prior_draws_without_duplicates():
+    rng = np.random.default_rng(3)
+    samples = _measure(_draw(rng, 80), "initial")
+    drawn = []
+
+    def explore(n, exclude):
+        out = [c for c in _draw(np.random.default_rng(len(drawn) + 50), 3 * n)
+               if config_key(c) not in exclude][:n]
+        drawn.extend(out)
+        return out
+
+    res = run_adaptive("dwconv", samples, _measure, _featurize, _make,
+                       channel_fields=("cin", "cout"), ties=[("cin", "cout")], rounds=2,
+                       per_point=10, max_new_per_round=60, target_acc10=1.01,
+                       explore=explore, explore_fraction=0.5)
+    keys = [config_key(s.config) for s in res.samples]
+    assert len(keys) == len(set(keys))
+    assert drawn and {config_key(c) for c in drawn} <= set(keys)

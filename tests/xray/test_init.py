@@ -128,3 +128,22 @@ def test_out_of_range_inputs_warn_for_int8(pair):
            smooth_images(1, 24, 24, seed=3)]  # 0..255 fed where [0,1] is expected
     rep = xray(pair["int8"].tflite_path, pair["int8"].onnx_path, inputs=raw, latency=False)
     assert any("input quantization covers" in w for w in rep.warnings)
+
+
+@pytest.mark.integration
+def test_keras_reference(tmp_path):
+    tf = pytest.importorskip("tensorflow", reason="Keras references need TensorFlow")
+    pytest.importorskip("ai_edge_litert", reason="ai_edge_litert runs .tflite models")
+    keras = tf.keras
+    inp = keras.Input((16, 16, 3), batch_size=1)
+    y = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inp)
+    y = keras.layers.ReLU(name="act")(y)
+    y = keras.layers.GlobalAveragePooling2D(name="gap")(y)
+    y = keras.layers.Dense(5, name="fc")(y)
+    model = keras.Model(inp, y)
+    model.save(tmp_path / "m.keras")
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    (tmp_path / "m.tflite").write_bytes(conv.convert())
+    rep = xray(tmp_path / "m.tflite", tmp_path / "m.keras", n_random=2, latency=False)
+    assert rep.verdict == "OK", rep.summary()
+    assert [d.op for d in rep.diffs] == ["input", "conv", "gap", "fc"]
