@@ -386,9 +386,9 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     data = rules.to_dict()
     data["failed"] = failed
     data["detection"] = {"overhead_ms": round(overhead_ms, 6),
-                         "node_overhead_ms": round(node_overhead_ms, 6), "cases": len(cases), "measurements": store.fresh,
-                         "wall_s": round(time.perf_counter() - t0, 1),
-                         "protocol": kw}
+                         "node_overhead_ms": round(node_overhead_ms, 6), "cases": len(cases),
+                         "measurements": store.fresh,
+                         "wall_s": round(time.perf_counter() - t0, 1), "protocol": kw}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1) + "\n")
     if journal.exists():

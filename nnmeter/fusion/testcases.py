@@ -79,7 +79,8 @@ from nnmeter.ir.graph import ModelGraph, Ref
 from nnmeter.ir.ops import attrs_to_dict
 
 __all__ = [
-    "PAIR_OPS", "ACT_OPS", "HEAVY_OPS", "TestShapes", "TestCase", "build_testcases", "pair_skip_reason",
+    "PAIR_OPS", "ACT_OPS", "HEAVY_OPS", "TestShapes", "TestCase", "build_testcases",
+    "pair_skip_reason",
     "graph_signature",
 ]
 

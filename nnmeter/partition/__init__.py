@@ -74,6 +74,8 @@ class _Rules:
         self._mc: dict[str, bool] = {}
         self._mi: dict[str, bool] = {}
         self._types: dict[tuple[str, ...], str] = {}
+        self._ktypes: dict[str, Any] = {}
+        self._heads: dict[tuple[str, ...], list[str]] = {}
 
     def fuses(self, a: str, b: str) -> bool:
         key = (a, b)
@@ -92,6 +94,26 @@ class _Rules:
         hit = self._mi.get(op)
         if hit is None:
             hit = self._mi[op] = bool(self.rules.multi_input_fuses(op))
+        return hit
+
+    def ktype(self, name: str) -> Any:
+        hit = self._ktypes.get(name)
+        if hit is None:
+            hit = self._ktypes[name] = KERNEL_TYPES.get(name)
+        return hit
+
+    def rule_ops(self, ops: tuple[str, ...], tail_op: str) -> list[str]:
+        """Ops whose rules decide what fuses after a kernel of ``ops``: its tail op,
+        and its head when every later op fuses into the head (conv-bn -> relu follows
+        the conv -> relu rule, since the bn was folded into the conv)."""
+        key = ops + (tail_op,)
+        hit = self._heads.get(key)
+        if hit is None:
+            core = [o for o in ops if o != "identity"]
+            hit = [tail_op]
+            if len(core) > 1 and all(self.fuses(core[0], o) for o in core[1:]):
+                hit.append(core[0])
+            self._heads[key] = hit
         return hit
 
     def type_of(self, ops: tuple[str, ...]) -> str:
@@ -182,12 +204,7 @@ def _next_member(state: _State, kid: int, rules: _Rules) -> str | None:
     if (len(consumers) > 1 or is_output) and not rules.multi_consumer_fuses(tail_op):
         return None
     ops = tuple(nodes[n].op for n in members)
-    core = [o for o in ops if o != "identity"]
-    # ops the head absorbed (conv <- bn folded, conv <- relu) make the head the op the
-    # next one fuses with: conv-bn -> relu follows the conv -> relu rule
-    rule_ops = [tail_op]
-    if len(core) > 1 and all(rules.fuses(core[0], o) for o in core[1:]):
-        rule_ops.append(core[0])
+    rule_ops = rules.rule_ops(ops, tail_op)
     member_set = None
     for c in consumers:
         if c in state.kernel_of:
@@ -286,10 +303,10 @@ def _make_kernel(view: GraphView, names: list[str], type_name: str | None,
     ops = tuple(view.nodes[n].op for n in names)
     tname = type_name or rules.type_of(ops)
     try:
-        config = KERNEL_TYPES.get(tname).config_from_nodes(graph, names)
+        config = rules.ktype(tname).config_from_nodes(graph, names)
     except (StopIteration, ValueError, IndexError, AttributeError):
         tname = "other"
-        config = KERNEL_TYPES.get("other").config_from_nodes(graph, names)
+        config = rules.ktype("other").config_from_nodes(graph, names)
     return Kernel(tname, tuple(names), ops, config)
 
 
