@@ -38,6 +38,7 @@ import numpy as np
 
 from nnmeter.errors import BackendError, FusionRulesError, MeasurementError, UnsupportedOpError
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.features import model_input
 from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
@@ -188,9 +189,10 @@ def _featurizer(kernel_type: str) -> Callable[[list[dict[str, Any]]], np.ndarray
         for c in cfgs:
             key = config_key(c)
             if key not in cache:
-                cache[key] = kt.features(kt.config_from_dict(c))
+                cache[key] = model_input(kt.feature_names, kt.features(kt.config_from_dict(c)))
             rows.append(cache[key])
-        return np.vstack(rows) if rows else np.zeros((0, len(kt.feature_names)))
+        return np.vstack(rows) if rows else np.zeros((0, len(model_input(
+            kt.feature_names, np.zeros(len(kt.feature_names))))))
     return featurize
 
 
@@ -246,7 +248,8 @@ def build_predictor(
         Anything with ``measure(graph, on_error=..., **protocol) -> Measurement``; by
         default one :class:`~nnmeter.backends.Profiler` for the whole build.
     train : bool
-        Train and cache the predictor at the end.
+        Choose each kernel type's regressor by cross-validation (rf or lgbm, written to
+        ``predictor.json``), then train and cache the predictor.
     max_samples_per_type : int, optional
         Cap on the measurements per kernel type in this run (small test builds).
     regressor_params : dict, optional
@@ -414,6 +417,8 @@ def build_predictor(
     ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
     if train:
         from nnmeter.predictors import load_predictor
+        from nnmeter.predictors.train import choose_regressors
 
+        choose_regressors(ds, seed=seed)
         load_predictor(backend_id, dataset=dataset, root=root)
     return result

@@ -33,6 +33,7 @@ import numpy as np
 
 from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
+from nnmeter.predictors.features import model_input
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
            "fallback_features", "FALLBACK_KEY"]
@@ -178,7 +179,7 @@ class LatencyPredictor:
         self.regressors = dict(regressors)
         self.device = device
         self.meta = dict(meta or {})
-        self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray]] = {}
+        self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._partition_cache: dict[Any, list[Any]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
 
@@ -199,13 +200,15 @@ class LatencyPredictor:
             return f"family:{family}"
         return FALLBACK_KEY
 
-    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(regressor input, fallback input, raw kernel features), cached per config."""
         key = (kernel.type, kernel.config)
         hit = self._feature_cache.get(key)
         if hit is None:
             kt = kernel.kernel_type
             feats = kt.features(kernel.config)
-            hit = (feats, fallback_features(kt, kernel.config, feats))
+            hit = (model_input(kt.feature_names, feats),
+                   fallback_features(kt, kernel.config, feats), feats)
             if len(self._feature_cache) > 200_000:
                 self._feature_cache.clear()
             self._feature_cache[key] = hit
@@ -236,8 +239,8 @@ class LatencyPredictor:
         feats_of: dict[tuple[int, int], np.ndarray] = {}
         for gi, kernels in enumerate(kernels_per_graph):
             for ki, k in enumerate(kernels):
-                feats, fb = self._features(k)
-                feats_of[(gi, ki)] = feats
+                feats, fb, raw = self._features(k)
+                feats_of[(gi, ki)] = raw
                 family = getattr(k.kernel_type, "family", "")
                 key = self._estimator_key(k.type, family)
                 x = fb if key == FALLBACK_KEY else feats

@@ -17,12 +17,17 @@ import numpy as np
 
 from nnmeter.errors import DatasetError, PredictorError
 from nnmeter.predictors.dataset import KernelDataset
+from nnmeter.predictors.features import model_input
 from nnmeter.predictors.model import (
     FALLBACK_KEY, LatencyPredictor, PredictorSettings, fallback_features,
 )
 from nnmeter.predictors.regressors import LinearKernelRegressor, make_regressor
 
-__all__ = ["load_kernel_data", "train_predictor", "KernelData", "work_feature"]
+__all__ = ["load_kernel_data", "train_predictor", "KernelData", "work_feature",
+           "choose_regressors", "CHOICE_FILE"]
+
+#: per-dataset file with the regressor chosen for each kernel type (part of the settings)
+CHOICE_FILE = "predictor.json"
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +49,8 @@ class KernelData:
 
 
 def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
-    """Rows of ``kernel_type`` with valid latencies, features recomputed from configs."""
+    """Rows of ``kernel_type`` with valid latencies; ``X`` is the regressor input
+    (:func:`~nnmeter.predictors.features.model_input` of the recomputed features)."""
     from nnmeter.kernels import KERNEL_TYPES
 
     try:
@@ -65,7 +71,7 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
                                f"{err}") from err
         feats = kt.features(cfg)
         configs.append(cfg)
-        X.append(feats)
+        X.append(model_input(kt.feature_names, feats))
         fb.append(fallback_features(kt, cfg, feats))
         y.append(float(lat))
         origins.append(str(row.get("origin", "initial")))
@@ -109,11 +115,14 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     regressors: dict[str, Any] = {}
     counts: dict[str, int] = {}
 
+    chosen = _read_choice(ds)
+
     def fit(kind: str, member: str, X: np.ndarray, y: np.ndarray) -> Any:
         params = {"norm_feature": work_feature(KERNEL_TYPES.get(member))}
         params.update(settings.overrides.get(kind, {}))
-        return make_regressor(kind, settings.regressor, random_state=settings.seed,
-                              **params).fit(X, y)
+        name = chosen.get(kind, settings.regressor) if settings.regressor == "rf" else \
+            settings.regressor
+        return make_regressor(kind, name, random_state=settings.seed, **params).fit(X, y)
 
     families: dict[str, list[KernelData]] = {}
     for t, d in sorted(data.items()):
@@ -144,3 +153,51 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         meta={"samples": counts, "settings": settings.as_dict(),
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
+
+
+def _read_choice(ds: KernelDataset) -> dict[str, str]:
+    import json
+
+    path = ds.directory / CHOICE_FILE
+    if not path.exists():
+        return {}
+    try:
+        return dict(json.loads(path.read_text()).get("regressor", {}))
+    except ValueError as err:
+        raise DatasetError(f"{path} is not valid JSON ({err}); delete it to use defaults") from err
+
+
+def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = ("rf", "lgbm"),
+                      folds: int = 5, min_samples: int = 100, seed: int = 0) -> dict[str, Any]:
+    """Pick, per kernel type, the regressor with the best cross-validated ±10 % accuracy
+    and write the choice to ``<dataset>/predictor.json`` (deterministic for the data).
+
+    Types with fewer than ``min_samples`` rows keep the default (``rf``): their CV
+    figures are too noisy to choose on. Returns ``{type: {regressor: acc10}}``.
+    """
+    import json
+
+    from nnmeter.kernels import KERNEL_TYPES
+
+    scores: dict[str, Any] = {}
+    choice: dict[str, str] = {}
+    for t in dataset.kernel_types():
+        d = load_kernel_data(dataset, t)
+        if d is None or len(d) < min_samples:
+            continue
+        norm = work_feature(KERNEL_TYPES.get(t))
+        fold = np.random.default_rng(seed).permutation(len(d)) % folds
+        scores[t] = {}
+        for name in candidates:
+            pred = np.empty(len(d))
+            for k in range(folds):
+                te = fold == k
+                pred[te] = make_regressor(t, name, norm_feature=norm, random_state=seed).fit(
+                    d.X[~te], d.y[~te]).predict(d.X[te])
+            scores[t][name] = float(np.mean(np.abs(pred - d.y) <= 0.10 * d.y))
+        best = max(candidates, key=lambda n: (scores[t][n], n == candidates[0]))
+        if best != "rf":
+            choice[t] = best
+    (dataset.directory / CHOICE_FILE).write_text(json.dumps(
+        {"regressor": choice, "cv_acc10": scores, "folds": folds}, indent=1, sort_keys=True))
+    return scores

@@ -118,3 +118,22 @@ def test_load_predictor_trains_then_uses_cache(root, tmp_path, monkeypatch):
         pytest.approx(first.predict(g, check_device=False).total_ms, rel=1e-12)
     with pytest.raises(PredictorError, match="nnmeter build"):
         load_predictor("ort-cpu", root=tmp_path / "empty")
+
+
+def test_choose_regressors_is_recorded_and_used(root, tmp_path):
+    import json
+    import shutil
+
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.regressors import LightGBMKernelRegressor
+    from nnmeter.predictors.train import choose_regressors
+
+    d = tmp_path / "copy"
+    shutil.copytree(kernel_dataset_dir("ort-cpu", root), d)
+    scores = choose_regressors(KernelDataset(d, "ort-cpu"), candidates=("rf", "lgbm"),
+                               folds=3, min_samples=10)
+    assert set(scores) == {"conv-bn-relu", "relu"}
+    assert all(0 <= v <= 1 for s in scores.values() for v in s.values())
+    (d / "predictor.json").write_text(json.dumps({"regressor": {"relu": "lgbm"}}))
+    pred = train_predictor("ort-cpu", d, RULES)
+    assert isinstance(pred.regressors["type:relu"], LightGBMKernelRegressor)

