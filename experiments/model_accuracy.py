@@ -105,25 +105,32 @@ def report(args: argparse.Namespace) -> None:
     fmac = cross_val_predict(FlopsMacBaseline, F, true)
     G = np.vstack([graph_op_features(g) for g in graphs])
     mlp = cross_val_predict(GraphMLPBaseline, G, true)
+    gcn = None
+    if args.gcn:
+        from nnmeter.predictors.gnn import GCNBaseline, cross_val_predict_graphs
+
+        gcn = cross_val_predict_graphs(GCNBaseline, graphs, true)
     fams = np.array([by[n]["family"] for n in names])
     rep_pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in names if len(by[n]["lat"]) >= 2]
     out = {"backend": args.backend, "n_models": len(names), "families": {}}
     print(f"{'family':14s} {'n':>3s} {'±5%':>6s} {'±10%':>6s} {'MAPE%':>6s} {'RMSE ms':>8s} "
-          f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'MLP ±10%':>9s} {'repeat ±10%':>11s}")
+          f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'MLP ±10%':>9s} {'GCN ±10%':>9s} "
+          f"{'repeat ±10%':>11s}")
 
     def line(label: str, mask: np.ndarray) -> dict:
         m = evaluate(predicted[mask], true[mask])
         mf = evaluate(flops[mask], true[mask])
         mm = evaluate(fmac[mask], true[mask])
         mg = evaluate(mlp[mask], true[mask])
+        gc = evaluate(gcn[mask], true[mask]) if gcn is not None else None
         sel = [n for n, k in zip(names, mask) if k]
         pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in sel if len(by[n]["lat"]) >= 2]
         rep = float(np.mean([abs(a - b) / b <= 0.10 for a, b in pairs])) if pairs else float("nan")
         print(f"{label:14s} {m.n:3d} {100*m.acc5:6.1f} {100*m.acc10:6.1f} {m.mape_percent:6.1f} "
               f"{m.rmse_ms:8.3f} {100*mf.acc10:10.1f} {100*mm.acc10:10.1f} {100*mg.acc10:9.1f} "
-              f"{100*rep:11.1f}")
+              f"{100*gc.acc10 if gc else float('nan'):9.1f} {100*rep:11.1f}")
         return {"predictor": m.as_dict(), "flops": mf.as_dict(), "flops_mac": mm.as_dict(),
-                "graph_mlp": mg.as_dict(),
+                "graph_mlp": mg.as_dict(), "gcn": gc.as_dict() if gc else None,
                 "repeatability_acc10": rep, "repeat_pairs": len(pairs)}
 
     for f in sorted(set(fams)):
@@ -143,6 +150,7 @@ def main() -> None:
     ap.add_argument("--families", default=None)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--gcn", action="store_true", help="also cross-validate the GCN baseline")
     args = ap.parse_args()
     args.json = args.json or f"experiments/results/model_accuracy_{args.backend}.json"
     measure(args) if args.step == "measure" else report(args)
