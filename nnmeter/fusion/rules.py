@@ -180,6 +180,22 @@ class FusionRules:
                 return p.fused
         return True
 
+    def multi_input_decision(self, branch: str, join: str) -> bool | None:
+        """The two-branch test's decision for ``branch`` ops joined by ``join`` (e.g.
+        conv, add: does a residual add fuse into the conv that computes one of its
+        operands?), or None when that combination was not tested.
+
+        Unlike the ``branch -> join`` pair test, whose second operand is a graph input,
+        both operands here are computed, as in a residual block; runtimes can fuse one
+        case and not the other (ONNX Runtime's NCHWc conv fuses a Sum with a computed
+        NCHWc operand only).
+        """
+        for p in self.patterns:
+            if (p.kind == "multi_input" and len(p.ops) >= 2 and p.ops[-1] == rule_op(join)
+                    and p.ops[0] == rule_op(branch)):
+                return p.fused
+        return None
+
     def block_fused(self, block: str) -> bool:
         """True when the multi-op ``block`` (see :data:`BLOCKS`) runs as one kernel."""
         p = self.pattern("block", (block,))
@@ -274,7 +290,7 @@ class FusionRules:
     @classmethod
     def from_decisions(cls, backend_id: str, *, pairs: Mapping[tuple[str, str], bool] = {},
                        multi_consumer: Mapping[str, bool] = {},
-                       multi_input: Mapping[str, bool] = {},
+                       multi_input: Mapping[Any, bool] = {},
                        blocks: Mapping[str, bool] = {}, alpha: float = 0.5) -> "FusionRules":
         """Rules made from decisions alone, without measurements (for tests and studies)."""
         ps: list[Pattern] = []
@@ -282,8 +298,14 @@ class FusionRules:
             ps.append(Pattern(f"{a}->{b}", "pair", (a, b), bool(fused)))
         for op, fused in multi_consumer.items():
             ps.append(Pattern(f"{op}->{{a,b}}", "multi_output", (op,), bool(fused)))
-        for op, fused in multi_input.items():
-            ps.append(Pattern(f"{{a,b}}->{op}", "multi_input", (op,), bool(fused)))
+        for key, fused in multi_input.items():
+            # "add" (the join alone) or ("conv", "add") (branch op, join op)
+            if isinstance(key, tuple):
+                branch, op = key
+                ps.append(Pattern(f"{{{branch},{branch}}}->{op}", "multi_input",
+                                  (branch, branch, op), bool(fused)))
+            else:
+                ps.append(Pattern(f"{{a,b}}->{key}", "multi_input", (key,), bool(fused)))
         for name, fused in blocks.items():
             ps.append(Pattern(f"block:{name}", "block", (name,), bool(fused),
                               extra={"block": name}))

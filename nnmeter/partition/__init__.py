@@ -20,8 +20,11 @@ backend's fusion rules allow:
    - if ``t``'s output has several consumers (or is also a graph output), the rules say
      ``multi_consumer_fuses(op(t))``; only one consumer joins;
    - if ``c`` reads tensors computed elsewhere (a residual add, a concat), the
-     two-branch test allowed it (``multi_input_fuses``), and merging creates no cycle
-     between kernels.
+     two-branch test of the kernel's op and ``c``'s op decides instead of the pair
+     rule where it was tested (``multi_input_decision``: a residual add whose operands
+     are both computed can fuse where the pair test, whose second operand is a graph
+     input, does not), and otherwise may veto (``multi_input_fuses``); merging never
+     creates a cycle between kernels.
 3. Kernels are returned in a topological order of the kernel graph.
 
 Speed: the partitioner reads the graph once into plain dicts (:class:`GraphView`: one
@@ -73,6 +76,7 @@ class _Rules:
         self._fuses: dict[tuple[str, str], bool] = {}
         self._mc: dict[str, bool] = {}
         self._mi: dict[str, bool] = {}
+        self._mid: dict[tuple[str, str], bool | None] = {}
         self._types: dict[tuple[str, ...], str] = {}
         self._ktypes: dict[str, Any] = {}
         self._heads: dict[tuple[str, ...], list[str]] = {}
@@ -95,6 +99,13 @@ class _Rules:
         if hit is None:
             hit = self._mi[op] = bool(self.rules.multi_input_fuses(op))
         return hit
+
+    def multi_input_decision(self, branch: str, join: str) -> bool | None:
+        key = (branch, join)
+        if key not in self._mid:
+            ask = getattr(self.rules, "multi_input_decision", None)
+            self._mid[key] = None if ask is None else ask(branch, join)
+        return self._mid[key]
 
     def ktype(self, name: str) -> Any:
         hit = self._ktypes.get(name)
@@ -210,20 +221,29 @@ def _next_member(state: _State, kid: int, rules: _Rules) -> str | None:
         if c in state.kernel_of:
             continue
         cop = nodes[c].op
-        if cop != "identity":
-            if not any(rules.fuses(o, cop) for o in rule_ops):
-                continue
-            if rules.type_of(ops + (cop,)) == "other":
-                continue
         if member_set is None:
             member_set = set(members)
         outside = [p for p in view.preds[c] if p not in member_set]
-        if outside:
-            computed = any(nodes[p].op != "input" for p in outside)
-            if computed and cop in _BINARY and not rules.multi_input_fuses(cop):
+        computed = any(nodes[p].op != "input" for p in outside)
+        if cop != "identity":
+            joined = None
+            if computed and cop in _BINARY:
+                # a join of computed tensors (residual add, concat): the two-branch test
+                # of the kernel's op decides where it exists, and can veto otherwise
+                for o in rule_ops:
+                    joined = rules.multi_input_decision(o, cop)
+                    if joined is not None:
+                        break
+                if joined is None and not rules.multi_input_fuses(cop):
+                    continue
+            if joined is False:
                 continue
-            if state.merge_makes_cycle(kid, c):
+            if not joined and not any(rules.fuses(o, cop) for o in rule_ops):
                 continue
+            if rules.type_of(ops + (cop,)) == "other":
+                continue
+        if outside and state.merge_makes_cycle(kid, c):
+            continue
         return c
     return None
 

@@ -150,3 +150,19 @@ def test_diamond_never_forms_a_cycle():
     kernels = partition(g, PERMISSIVE)
     assert nx.is_directed_acyclic_graph(kernel_graph(g, kernels))
     assert [k.nodes for k in kernels][0] == ("a", "l")
+
+
+def test_two_branch_test_decides_residual_joins():
+    g = _resnet_block()
+    pairs = {("conv", "bn"): True, ("conv", "relu"): True, ("bn", "relu"): True,
+             ("add", "relu"): True, ("gap", "reshape"): True}
+    # the pair tests say add does not fuse, the two-branch test says it does
+    yes = FusionRules.from_decisions("t", pairs=pairs, multi_input={("conv", "add"): True})
+    assert [k.type for k in partition(g, yes)][2] == "conv-bn-add-relu"
+    assert yes.multi_input_decision("conv", "add") is True
+    assert yes.multi_input_decision("dwconv", "add") is None
+    # and the other way round: a tested "no" vetoes even a fusing pair rule
+    no = FusionRules.from_decisions("t", pairs={**pairs, ("bn", "add"): True},
+                                    multi_input={("conv", "add"): False})
+    kernels = partition(g, no)
+    assert [k.type for k in kernels][2:4] == ["conv-bn", "add-relu"]
