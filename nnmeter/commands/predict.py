@@ -138,6 +138,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.as_dict())
         return 0
+    from nnmeter.predictors.dataset import KernelDataset
+
+    log = [r for r in KernelDataset(result.dataset_dir, args.backend).rounds()
+           if r.get("round", 0) > 0][-60:]
+    if log:
+        def pct(v: Any) -> Any:
+            return None if v is None or v != v else round(100 * v, 1)
+        print_table(["kernel type", "round", "new", "total", "cv ±10 %", "test ±10 %",
+                     "minutes"],
+                    [[r["kernel_type"], r["round"], r["n_new"], r["n_measured_total"],
+                      pct(r.get("cv_acc10")), pct(r.get("test_acc10")),
+                      round(r.get("minutes", 0.0), 2)] for r in log])
+        print()
     rows = []
     for t, s in result.types.items():
         acc = s.get("test_acc10")

@@ -82,3 +82,26 @@ def test_shipped_ort_predictor_on_example(capsys, tmp_path, monkeypatch):
     assert cli.main(["predict", str(EXAMPLE), "--backend", "ort-cpu", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0.5 < out["total_ms"] < 500 and all(r["predicted_ms"] > 0 for r in out["rows"])
+
+
+def test_build_cli_with_fake_profiler(tmp_path, monkeypatch, capsys):
+    import nnmeter.backends
+    import nnmeter.builder
+
+    prior = {"relu": [{"h": h, "w": h, "cin": c} for h, c in ((56, 16), (28, 32), (14, 64))]}
+    monkeypatch.setattr(nnmeter.builder, "kernel_prior_from_zoo", lambda rules, **kw: prior)
+    monkeypatch.setattr(nnmeter.backends, "Profiler", lambda backend_id, **kw: _FakeCtx())
+    RULES.to_json(tmp_path / "ort-cpu.json")
+    monkeypatch.setenv("NNMETER_DATA", str(tmp_path))
+    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(tmp_path))
+    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["build", "--backend", "ort-cpu", "--budget-minutes", "0.05",
+                     "--rounds", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["types"]["relu"]["samples"] > 0 and out["measurements"] > 0
+    assert (tmp_path / "datasets" / "kernels" / "ort-cpu" / "relu.jsonl").exists()
+
+
+class _FakeCtx(_Fake):
+    def close(self):
+        pass
