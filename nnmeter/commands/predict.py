@@ -118,7 +118,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     print_table(["kernel type", "count", "predicted ms", "share %"],
                 [[t, n, round(ms, 4), round(100 * ms / report.total_ms, 1)]
                  for t, (n, ms) in summary])
-    print(f"\npredicted total: {report.total_ms:.3f} ms")
+    print(f"\nruntime overhead (once per model): {report.overhead_ms:.4f} ms")
+    print(f"predicted total: {report.total_ms:.3f} ms")
     if args.measure:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "
               f"{100 * (out['measured_spread'] or 0):.1f} %)")

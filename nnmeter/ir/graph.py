@@ -119,6 +119,13 @@ class ModelGraph:
         self.outputs: list[Ref] = []
         self.meta: dict[str, Any] = {}
         self._order = itertools.count()
+        # Cached topological order; every method that changes nodes or edges resets it.
+        # Code that mutates ``self.nx`` directly must call ``invalidate()``.
+        self._topo: tuple[str, ...] | None = None
+
+    def invalidate(self) -> None:
+        """Forget cached derived data after ``self.nx`` was changed directly."""
+        self._topo = None
 
     # ------------------------------------------------------------------ building
     def add_node(
@@ -182,6 +189,7 @@ class ModelGraph:
         self.nx.add_node(name, node=node, order=next(self._order))
         for ref in refs:
             self.nx.add_edge(ref.node, name)
+        self._topo = None
         return node
 
     def add_input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Ref:
@@ -217,6 +225,7 @@ class ModelGraph:
                     f"got {type(new.attrs).__name__}"
                 )
         if "inputs" in changes:
+            self._topo = None
             for pred in list(self.nx.predecessors(name)):
                 self.nx.remove_edge(pred, name)
             for ref in new.inputs:
@@ -240,6 +249,7 @@ class ModelGraph:
                 f"cannot remove {name!r}: still read by {readers or 'the graph outputs'}"
             )
         self.nx.remove_node(name)
+        self._topo = None
 
     def bypass(self, name: str) -> None:
         """Remove a single-input node, making its readers read its input instead."""
@@ -255,6 +265,7 @@ class ModelGraph:
             self.replace(reader, inputs=new_inputs)
         self.outputs = [src if o.node == name else o for o in self.outputs]
         self.nx.remove_node(name)
+        self._topo = None
 
     # ------------------------------------------------------------------ reading
     def node(self, name: str) -> Node:
@@ -303,9 +314,11 @@ class ModelGraph:
         GraphValidationError
             If the graph has a cycle.
         """
+        if self._topo is not None and len(self._topo) == self.nx.number_of_nodes():
+            return list(self._topo)
         order = self.nx.nodes
         try:
-            return list(
+            topo = tuple(
                 nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]["order"])
             )
         except nx.NetworkXUnfeasible as err:
@@ -314,6 +327,8 @@ class ModelGraph:
                 f"graph {self.name!r} has a cycle through "
                 f"{' -> '.join(u for u, _ in cycle)}; a model graph must be a DAG"
             ) from err
+        self._topo = topo
+        return list(topo)
 
     def topological_nodes(self) -> list[Node]:
         return [self.nx.nodes[n]["node"] for n in self.topological_order()]
@@ -364,6 +379,7 @@ class ModelGraph:
         for node in self.topological_nodes():
             g.nx.add_node(node.name, node=node, order=next(g._order))
         g.nx.add_edges_from(self.nx.edges)
+        g._topo = self._topo
         g.outputs = list(self.outputs)
         g.meta = dict(self.meta)
         return g

@@ -40,7 +40,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def cache_dir() -> Path:
@@ -112,7 +112,8 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
         try:
             regs, meta = load_regressors(where)
             return LatencyPredictor(backend_id, rules, regs, device=meta.get("device"),
-                                    meta={**meta, "cache": str(where)})
+                                    meta={**meta, "cache": str(where)},
+                                    overhead_ms=float(meta.get("overhead_ms", 0.0)))
         except PredictorError as err:
             logger.warning("ignoring a broken predictor cache: %s", err)
     logger.info("training the %s predictor from %s", backend_id, ds_dir)

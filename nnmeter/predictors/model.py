@@ -91,7 +91,7 @@ class LatencyReport:
     Attributes
     ----------
     total_ms : float
-        Sum of every row's ``predicted_ms``.
+        Sum of every row's ``predicted_ms`` plus ``overhead_ms``.
     rows : tuple of KernelRow
         One per kernel, in topological order.
     uncovered : tuple of dict
@@ -103,6 +103,8 @@ class LatencyReport:
     device_mismatch : bool
         True when the current device's fingerprint differs from ``device``.
     warnings : tuple of str
+    overhead_ms : float
+        The runtime's fixed per-inference time, counted once per model.
     """
 
     total_ms: float
@@ -113,6 +115,7 @@ class LatencyReport:
     device_mismatch: bool = False
     warnings: tuple[str, ...] = ()
     model: str = ""
+    overhead_ms: float = 0.0
 
     def by_type(self) -> dict[str, tuple[int, float]]:
         """Kernel type → (count, summed predicted ms)."""
@@ -124,6 +127,7 @@ class LatencyReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "backend_id": self.backend_id, "total_ms": self.total_ms,
+                "overhead_ms": self.overhead_ms,
                 "rows": [r.as_dict() for r in self.rows], "uncovered": list(self.uncovered),
                 "device": self.device, "device_mismatch": self.device_mismatch,
                 "warnings": list(self.warnings)}
@@ -165,16 +169,21 @@ class LatencyPredictor:
         DeviceInfo dict of the kernel data.
     meta : dict, optional
         Provenance (cache key, sample counts, settings).
+    overhead_ms : float
+        The runtime's fixed per-inference time, added once per model; kernel
+        regressors predict net kernel times (see :func:`~nnmeter.predictors.train.train_predictor`).
     """
 
     def __init__(self, backend_id: str, rules: Any, regressors: dict[str, Any], *,
-                 device: dict[str, Any] | None = None, meta: dict[str, Any] | None = None) -> None:
+                 device: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
+                 overhead_ms: float = 0.0) -> None:
         if FALLBACK_KEY not in regressors:
             raise PredictorError(
                 f"predictor for {backend_id} has no fallback regressor; uncovered kernels "
                 f"would have no estimate. Retrain with train_predictor"
             )
         self.backend_id = backend_id
+        self.overhead_ms = float(overhead_ms)
         self.rules = rules
         self.regressors = dict(regressors)
         self.device = device
@@ -293,7 +302,8 @@ class LatencyPredictor:
                             f"and were estimated by a family regressor or the FLOPs/bytes "
                             f"fallback")
         return LatencyReport(
-            total_ms=float(sum(r.predicted_ms for r in rows)), rows=tuple(rows),
+            total_ms=float(sum(r.predicted_ms for r in rows)) + self.overhead_ms,
+            rows=tuple(rows), overhead_ms=self.overhead_ms,
             uncovered=tuple(uncovered), backend_id=self.backend_id, device=self.device,
             device_mismatch=mismatch, warnings=tuple(warnings),
             model=getattr(graph, "name", ""),
@@ -304,7 +314,7 @@ class LatencyPredictor:
         one batch per estimator (fast for NAS loops)."""
         kernels = [self.kernels(_as_graph(g)) for g in graphs]
         est = self._estimate(kernels)
-        return [float(sum(ms for ms, _, _ in e)) for e in est]
+        return [float(sum(ms for ms, _, _ in e)) + self.overhead_ms for e in est]
 
     def check_device(self) -> tuple[bool, tuple[str, ...]]:
         """(mismatch, differing fields) of this machine against the data's device.

@@ -65,7 +65,8 @@ def test_report_rows_cover_every_kernel_and_never_zero(predictor):
     rep = predictor.predict(_model(), check_device=False)
     assert [r.type for r in rep.rows] == ["conv-bn-relu", "conv-bn", "maxpool", "relu"]
     assert all(r.predicted_ms > 0 and math.isfinite(r.predicted_ms) for r in rep.rows)
-    assert rep.total_ms == pytest.approx(sum(r.predicted_ms for r in rep.rows))
+    assert rep.overhead_ms > 0
+    assert rep.total_ms == pytest.approx(sum(r.predicted_ms for r in rep.rows) + rep.overhead_ms)
     how = {r.type: r.estimated_by for r in rep.rows}
     assert how == {"conv-bn-relu": "regressor", "conv-bn": "family:conv", "maxpool": "fallback",
                    "relu": "regressor"}
