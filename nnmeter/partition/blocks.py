@@ -45,19 +45,25 @@ class GraphView:
         self.nodes = {n: d["node"] for n, d in data.items()}
         # one Kahn pass, ties by insertion order: the order ModelGraph.topological_order
         # gives (networkx's lexicographical_topological_sort keyed the same way)
-        indeg = {n: len(pred_of[n]) for n in rank}
-        heap = [(rank[n], n) for n, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        order: list[str] = []
-        while heap:
-            _, n = heapq.heappop(heap)
-            order.append(n)
-            for s in succ_of[n]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(heap, (rank[s], s))
-        if len(order) != len(rank):
-            order = graph.topological_order()  # raises the graph's cycle error
+        cached = getattr(graph, "_topo", None)
+        if cached is not None and len(cached) == len(rank):
+            order: list[str] = list(cached)  # the graph already knows its order
+        else:
+            indeg = {n: len(pred_of[n]) for n in rank}
+            heap = [(rank[n], n) for n, d in indeg.items() if d == 0]
+            heapq.heapify(heap)
+            order = []
+            while heap:
+                _, n = heapq.heappop(heap)
+                order.append(n)
+                for s in succ_of[n]:
+                    indeg[s] -= 1
+                    if indeg[s] == 0:
+                        heapq.heappush(heap, (rank[s], s))
+            if len(order) != len(rank):
+                order = graph.topological_order()  # raises the graph's cycle error
+            elif hasattr(graph, "_topo"):
+                graph._topo = tuple(order)
         self.order = order
         self.pos = {n: i for i, n in enumerate(order)}
         self.succs = {n: (sorted(succ_of[n], key=rank.__getitem__) if len(succ_of[n]) > 1

@@ -235,7 +235,7 @@ class LatencyPredictor:
             sig, hit = None, None
         if hit is not None:
             return hit
-        kernels = partition(_frozen(graph), self.rules)
+        kernels = partition(graph, self.rules)
         if sig is not None:
             if len(self._partition_cache) > 4096:
                 self._partition_cache.clear()
@@ -328,34 +328,6 @@ class LatencyPredictor:
                 logger.warning("%s predictor: data measured on a different device/runtime "
                                "(%s)", self.backend_id, ", ".join(self._device_check[1]))
         return self._device_check
-
-
-class _FrozenGraph(ModelGraph):
-    """A ModelGraph that computes its topological order once (never mutate it).
-
-    Partitioning asks for the order hundreds of times on a graph it does not change;
-    networkx recomputes it each time, which was the bulk of partition time.
-    """
-
-    _order_cache: list[str] | None = None
-    _nodes_cache: list[Any] | None = None
-
-    def topological_order(self) -> list[str]:
-        if self._order_cache is None:
-            self._order_cache = ModelGraph.topological_order(self)
-        return list(self._order_cache)
-
-    def topological_nodes(self) -> list[Any]:
-        if self._nodes_cache is None:
-            self._nodes_cache = ModelGraph.topological_nodes(self)
-        return list(self._nodes_cache)
-
-
-def _frozen(graph: ModelGraph) -> ModelGraph:
-    """A private copy of ``graph`` with a cached topological order."""
-    g = graph.copy()
-    g.__class__ = _FrozenGraph
-    return g
 
 
 def _as_graph(model: Any) -> Any:
