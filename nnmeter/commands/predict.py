@@ -119,6 +119,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 [[t, n, round(ms, 4), round(100 * ms / report.total_ms, 1)]
                  for t, (n, ms) in summary])
     print(f"\nruntime overhead (once per model): {report.overhead_ms:.4f} ms")
+    if getattr(report, "layout_ms", 0.0):
+        print(f"layout reorders (whole model):     {report.layout_ms:.4f} ms")
     print(f"predicted total: {report.total_ms:.3f} ms")
     if args.measure:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "

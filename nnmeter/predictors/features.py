@@ -5,7 +5,12 @@ numbers that decide a kernel's latency. Runtimes, however, vectorise over channe
 blocks (ORT's NCHWc uses blocks of 8 on AVX2, XNNPACK tiles of 4–16): a depthwise
 convolution with 100 channels can run three times faster per FLOP than one with 101.
 That is a comb over CIN that a forest cannot learn from CIN alone. So every column
-named ``CIN*``/``COUT*`` gets three derived columns, its remainders modulo 4, 8 and 16.
+named ``CIN*``/``COUT*`` gets three derived columns, its remainders modulo 4, 8 and 16,
+and one last column flags kernels whose channel columns are *all* multiples of
+:data:`BLOCK` (8). That is when ORT runs a convolution in its blocked NCHWc layout,
+2–3x faster than the plain path (a 1x1 16→16 conv at 32x32 takes ~7 µs in a model,
+a 21→25 one ~20 µs); random kernel samples hit it rarely (19 of 913 ``conv-bn``
+rows), so an explicit flag lets a forest split on it at once.
 
 On this machine's first ort-cpu data (5-fold CV, random forest) this lifted ±10 %
 accuracy from 12 % to 73 % for ``dwconv-bn`` and from 61 % to 81 % for ``conv``.
@@ -17,7 +22,7 @@ Examples
 --------
 >>> import numpy as np
 >>> model_input(("H", "CIN"), np.array([[7.0, 20.0]]))
-array([[ 7., 20.,  0.,  4.,  4.]])
+array([[ 7., 20.,  0.,  4.,  4.,  0.]])
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["model_input", "channel_columns", "MODULI"]
+__all__ = ["model_input", "channel_columns", "MODULI", "BLOCK"]
 
 MODULI = (4, 8, 16)
+
+#: channel block of the "all channels aligned" flag column
+BLOCK = 8
 
 
 def channel_columns(feature_names: Sequence[str]) -> list[int]:
@@ -47,5 +55,6 @@ def model_input(feature_names: Sequence[str], X: np.ndarray) -> np.ndarray:
     if not cols:
         return X[0] if one else X
     extra = [np.mod(X[:, i], m) for i in cols for m in MODULI]
+    extra.append(np.all(np.mod(X[:, cols], BLOCK) == 0, axis=1).astype(np.float64))
     out = np.column_stack([X, *extra])
     return out[0] if one else out

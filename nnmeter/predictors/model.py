@@ -34,6 +34,7 @@ import numpy as np
 from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.features import model_input
+from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
            "fallback_features", "FALLBACK_KEY"]
@@ -105,6 +106,10 @@ class LatencyReport:
     warnings : tuple of str
     overhead_ms : float
         The runtime's fixed per-inference time, counted once per model.
+    layout_ms : float
+        Layout reorders the whole model executes (ORT NCHWc ReorderInput/Output
+        where a blocked tensor meets an op that needs NCHW); included in ``total_ms``.
+        Kernel rows exclude the reorders of their single-kernel measurement.
     """
 
     total_ms: float
@@ -116,6 +121,7 @@ class LatencyReport:
     warnings: tuple[str, ...] = ()
     model: str = ""
     overhead_ms: float = 0.0
+    layout_ms: float = 0.0
 
     def by_type(self) -> dict[str, tuple[int, float]]:
         """Kernel type → (count, summed predicted ms)."""
@@ -127,7 +133,7 @@ class LatencyReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "backend_id": self.backend_id, "total_ms": self.total_ms,
-                "overhead_ms": self.overhead_ms,
+                "overhead_ms": self.overhead_ms, "layout_ms": self.layout_ms,
                 "rows": [r.as_dict() for r in self.rows], "uncovered": list(self.uncovered),
                 "device": self.device, "device_mismatch": self.device_mismatch,
                 "warnings": list(self.warnings)}
@@ -191,6 +197,9 @@ class LatencyPredictor:
         self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._partition_cache: dict[Any, list[Any]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
+        cost = self.meta.get("reorder_cost")
+        self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
+        self._reorder_cost = (float(cost[0]), float(cost[1])) if cost else (0.0, 0.0)
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -265,6 +274,15 @@ class LatencyPredictor:
                 out[gi][ki] = (float(p), how, feats_of[(gi, ki)])
         return out
 
+    def layout_ms(self, graph: Any, kernels: Sequence[Any]) -> float:
+        """Time of the layout reorders ``graph`` executes as a whole (0 on backends
+        without a blocked layout or predictors trained without reorder removal)."""
+        if not self._layout_block:
+            return 0.0
+        fixed, per_elem = self._reorder_cost
+        return float(sum(fixed + per_elem * n
+                         for n in model_reorders(graph, kernels, self._layout_block)))
+
     # -- public -------------------------------------------------------------------
     def predict(self, model: Any, *, check_device: bool = True) -> "LatencyReport":
         """Predict one model (ModelGraph or anything ``load_model`` reads).
@@ -301,9 +319,10 @@ class LatencyPredictor:
             warnings.append(f"{len(uncovered)} kernel(s) had no regressor of their own type "
                             f"and were estimated by a family regressor or the FLOPs/bytes "
                             f"fallback")
+        layout = self.layout_ms(graph, kernels)
         return LatencyReport(
-            total_ms=float(sum(r.predicted_ms for r in rows)) + self.overhead_ms,
-            rows=tuple(rows), overhead_ms=self.overhead_ms,
+            total_ms=float(sum(r.predicted_ms for r in rows)) + self.overhead_ms + layout,
+            rows=tuple(rows), overhead_ms=self.overhead_ms, layout_ms=layout,
             uncovered=tuple(uncovered), backend_id=self.backend_id, device=self.device,
             device_mismatch=mismatch, warnings=tuple(warnings),
             model=getattr(graph, "name", ""),
@@ -312,9 +331,11 @@ class LatencyPredictor:
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
         one batch per estimator (fast for NAS loops)."""
-        kernels = [self.kernels(_as_graph(g)) for g in graphs]
+        graphs = [_as_graph(g) for g in graphs]
+        kernels = [self.kernels(g) for g in graphs]
         est = self._estimate(kernels)
-        return [float(sum(ms for ms, _, _ in e)) + self.overhead_ms for e in est]
+        return [float(sum(ms for ms, _, _ in e)) + self.overhead_ms + self.layout_ms(g, ks)
+                for g, ks, e in zip(graphs, kernels, est)]
 
     def check_device(self) -> tuple[bool, tuple[str, ...]]:
         """(mismatch, differing fields) of this machine against the data's device.

@@ -18,19 +18,24 @@ import numpy as np
 from nnmeter.errors import DatasetError, PredictorError
 from nnmeter.predictors.dataset import KernelDataset
 from nnmeter.predictors.features import model_input
+from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
 from nnmeter.predictors.model import (
     FALLBACK_KEY, LatencyPredictor, PredictorSettings, fallback_features,
 )
 from nnmeter.predictors.regressors import LinearKernelRegressor, make_regressor
 
 __all__ = ["load_kernel_data", "train_predictor", "KernelData", "work_feature",
-           "choose_regressors", "CHOICE_FILE"]
+           "choose_regressors", "CHOICE_FILE", "LAYOUT_BLOCK", "reorder_elements",
+           "fit_reorder_cost"]
 
 #: share of the smallest measured kernel time taken as the per-inference overhead
 OVERHEAD_SHARE = 0.9
 
 #: per-dataset file with the regressor chosen for each kernel type (part of the settings)
 CHOICE_FILE = "predictor.json"
+
+#: a reorder is one node that reads and writes every element once, like this kernel
+_REORDER_PROXY = "relu"
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +88,22 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
     return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
 
 
+def fit_reorder_cost(data: dict[str, "KernelData"]) -> tuple[float, float] | None:
+    """(fixed ms, ms per element) of one layout reorder, from kernel measurements.
+
+    A reorder is one node that reads and writes every element once, like ``relu``:
+    a straight-line fit of ``relu``'s net times (overhead removed) against elements.
+    (A transpose-like slope from ``channelshuffle`` was tried and over-subtracted on
+    large tensors.) None when ``relu`` has fewer than 5 measurements.
+    """
+    d = data.get(_REORDER_PROXY)
+    if d is None or len(d) < 5:
+        return None
+    x = np.asarray([float(c.cin * c.h * c.w) for c in d.configs])
+    slope, fixed = np.polyfit(x, np.asarray(d.y, dtype=np.float64), 1)
+    return max(float(fixed), 0.0), max(float(slope), 0.0)
+
+
 def work_feature(kernel_type: Any) -> int | None:
     """Index of the kernel's work feature (FLOPs, else bytes, else elements), or None."""
     names = tuple(getattr(kernel_type, "feature_names", ()))
@@ -124,6 +145,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     overhead_ms = OVERHEAD_SHARE * float(min(d.y.min() for d in data.values()))
     for d in data.values():
         d.y = d.y - overhead_ms
+    reorder = _remove_reorders(backend_id, data)
 
     chosen = _read_choice(ds)
 
@@ -162,8 +184,31 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         backend_id, rules, regressors, device=meta.get("device"),
         overhead_ms=overhead_ms,
         meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
+              "reorder_cost": reorder,
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
+
+
+def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float] | None:
+    """Subtract the single-kernel layout reorders from the convolutions' net times
+    (in place; never below a quarter of the time). Returns the reorder cost fit."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
+    fit = fit_reorder_cost(data) if block else None
+    if fit is None:
+        return None
+    fixed, per_elem = fit
+    for t, d in data.items():
+        kt = KERNEL_TYPES.get(t)
+        if getattr(kt, "family", "") not in ("conv", "dwconv"):
+            continue
+        sub = np.zeros(len(d))
+        for i, cfg in enumerate(d.configs):
+            n_in, n_out = reorder_elements(kt, cfg, block)
+            sub[i] = sum(fixed + per_elem * n for n in (n_in, n_out) if n)
+        d.y = np.maximum(d.y - sub, 0.25 * d.y)
+    return [fixed, per_elem]
 
 
 def _read_choice(ds: KernelDataset) -> dict[str, str]:

@@ -1,0 +1,54 @@
+"""Layout reorders: removed from single-kernel convolutions, added back per model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.ir import GraphBuilder
+from nnmeter.kernels import KERNEL_TYPES
+from nnmeter.partition import partition
+from nnmeter.predictors.layout import model_reorders, reorder_elements
+from nnmeter.predictors.train import KernelData, fit_reorder_cost
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+def test_reorder_elements_follows_channel_alignment():
+    conv = KERNEL_TYPES.get("conv-bn-relu")
+    cfg = conv.config_cls(h=8, w=8, cin=16, cout=32, kernel=3, stride=2)
+    assert reorder_elements(conv, cfg, 8) == (16 * 64, 32 * 16)
+    # unaligned output: plain NCHW convolution, no reorder; stem (3 ch): output only
+    assert reorder_elements(conv, conv.config_cls(h=8, w=8, cin=16, cout=20), 8) == (0, 0)
+    assert reorder_elements(conv, conv.config_cls(h=8, w=8, cin=3, cout=8), 8) == (0, 512)
+    assert reorder_elements(conv, cfg, 0) == (0, 0)
+    relu = KERNEL_TYPES.get("relu")
+    assert reorder_elements(relu, relu.config_cls(h=8, w=8, cin=16), 8) == (0, 0)
+
+
+def _chain(b, x, cin, cout, name):
+    x = b.conv(x, cout, 1, name=f"{name}.conv")
+    x = b.bn(x, name=f"{name}.bn")
+    return b.relu(x, name=f"{name}.relu")
+
+
+def test_model_reorders_only_at_layout_boundaries():
+    b = GraphBuilder("m", (1, 16, 8, 8))
+    x = b.x
+    x = _chain(b, x, 16, 16, "a")
+    x = _chain(b, x, 16, 32, "b")
+    g = b.build([x])
+    kernels = partition(g, RULES)
+    # NCHW input reordered into a, a→b stays blocked, b's output reordered back
+    assert sorted(model_reorders(g, kernels, 8)) == [16 * 64, 32 * 64]
+    assert model_reorders(g, kernels, 0) == []
+
+
+def test_fit_reorder_cost_is_relu_line():
+    relu = KERNEL_TYPES.get("relu")
+    cfgs = [relu.config_cls(h=h, w=h, cin=16) for h in (4, 8, 16, 32, 64)]
+    y = np.array([0.001 + 1e-7 * c.cin * c.h * c.w for c in cfgs])
+    d = KernelData("relu", cfgs, np.zeros((5, 1)), y, np.zeros((5, 2)), ["t"] * 5)
+    fixed, slope = fit_reorder_cost({"relu": d})
+    assert abs(fixed - 0.001) < 1e-9 and abs(slope - 1e-7) < 1e-12
+    assert fit_reorder_cost({}) is None
