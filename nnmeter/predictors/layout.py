@@ -81,12 +81,13 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
     out_elems = [0] * len(kernels)
     reordered: set[int] = set()
     out: list[int] = []
+    # networkx's adjacency dicts, read directly: this runs once per predicted model
+    succ_of, pred_of = graph.nx._succ, graph.nx._pred
     for i, k in enumerate(kernels):
         inside = set(k.nodes)
-        producers = sorted({node2k[p] for n in k.nodes for p in graph.predecessors(n)
+        producers = sorted({node2k[p] for n in k.nodes for p in pred_of[n]
                             if p not in inside and p in node2k})
-        exits = [n for n in k.nodes if not set(graph.successors(n)) <= inside
-                 or not graph.successors(n)]
+        exits = [n for n in k.nodes if not succ_of[n] or not succ_of[n].keys() <= inside]
         out_elems[i] = _elements(graph, exits[-1] if exits else k.nodes[-1])
         n_in, n_out = reorder_elements(k.kernel_type, k.config, block)
         if n_out:

@@ -279,9 +279,19 @@ class LatencyPredictor:
         without a blocked layout or predictors trained without reorder removal)."""
         if not self._layout_block:
             return 0.0
+        # The partition cache hands back the same kernel list for a graph it has seen,
+        # so the reorders of a repeated graph are looked up rather than recounted.
+        cache = self.__dict__.setdefault("_layout_cache", {})
+        hit = cache.get(id(kernels))
+        if hit is not None and hit[0] is kernels:
+            return hit[1]
         fixed, per_elem = self._reorder_cost
-        return float(sum(fixed + per_elem * n
-                         for n in model_reorders(graph, kernels, self._layout_block)))
+        value = float(sum(fixed + per_elem * n
+                          for n in model_reorders(graph, kernels, self._layout_block)))
+        if len(cache) > 4096:
+            cache.clear()
+        cache[id(kernels)] = (kernels, value)
+        return value
 
     # -- public -------------------------------------------------------------------
     def predict(self, model: Any, *, check_device: bool = True) -> "LatencyReport":
