@@ -101,13 +101,13 @@ class TailKernelType(KernelType):
 
     # -- shared ----------------------------------------------------------------
     def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> Any:
-        nodes = topo_nodes(graph, names)
-        heads = [n for n in nodes if n.op == self.family]
-        if not heads:
-            raise ValueError(
-                f"kernel type {self.name!r} needs a {self.family!r} node among {list(names)}"
-            )
-        return self.head_config(heads[0])
+        family = self.family
+        for node in topo_nodes(graph, names):
+            if node.op == family:  # the first head in topological order
+                return self.head_config(node)
+        raise ValueError(
+            f"kernel type {self.name!r} needs a {self.family!r} node among {list(names)}"
+        )
 
     def _features(self, config: Any) -> list[float]:
         c = self.cost(config)

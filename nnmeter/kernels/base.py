@@ -63,6 +63,16 @@ class Kernel:
     ops: tuple[str, ...]
     config: Any
 
+    @classmethod
+    def _fast(cls, type: str, nodes: tuple[str, ...], ops: tuple[str, ...],
+              config: Any) -> "Kernel":
+        """The same record as ``Kernel(type, nodes, ops, config)``, built without the
+        frozen-dataclass ``__init__`` (the partitioner makes one per kernel of every
+        model; this halves that cost). Arguments are not checked."""
+        kernel = object.__new__(cls)
+        kernel.__dict__.update(type=type, nodes=nodes, ops=ops, config=config)
+        return kernel
+
     @property
     def kernel_type(self) -> "KernelType":
         """The registered :class:`KernelType` of this kernel."""
@@ -145,7 +155,9 @@ def topo_nodes(graph: ModelGraph, names: Sequence[str]) -> list[Node]:
     O(kernel size). For a kernel (a convex group of nodes) the result is the graph's
     topological order restricted to the kernel.
     """
-    data = graph.nx.nodes
+    data = graph.nx._node  # networkx's node dict, read directly: the view costs more
+    if len(names) == 1 and names[0] in data:
+        return [data[names[0]]["node"]]
     nodes = {}
     for n in names:
         if n not in nodes:
@@ -157,11 +169,17 @@ def topo_nodes(graph: ModelGraph, names: Sequence[str]) -> list[Node]:
     if len(nodes) == 1:
         return list(nodes.values())
     seen: set[str] = set()
+    in_order = True
     for n, node in nodes.items():
-        if any(r.node in nodes and r.node not in seen for r in node.inputs):
+        for r in node.inputs:
+            src = r.node
+            if src in nodes and src not in seen:
+                in_order = False
+                break
+        if not in_order:
             break
         seen.add(n)
-    else:
+    if in_order:
         return list(nodes.values())
     rank = {n: data[n]["order"] for n in nodes}
     indeg = {n: 0 for n in nodes}

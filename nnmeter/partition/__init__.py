@@ -27,12 +27,15 @@ backend's fusion rules allow:
      creates a cycle between kernels.
 3. Kernels are returned in a topological order of the kernel graph.
 
-Speed: the partitioner reads the graph once into plain dicts (:class:`GraphView`: one
-topological sort, positions, nodes, ordered consumers), checks cycles by a search over
-the node graph with jumps inside kernels (only at joins, only when a producer outside
-the kernel is computed), and orders the kernels with its own Kahn pass. Results are
-identical to the first, networkx-based implementation (a test compares them on every
-zoo base model).
+Speed: the partitioner reads the graph once into plain dicts (:class:`GraphView`:
+positions, nodes, op types, ordered consumers; the insertion order is taken as the
+topological order when it is one, which is what the sort would return), memoises every
+rules question per rules object (a FusionRules keeps its memo across calls), checks
+cycles by a search over the node graph with jumps inside kernels (only at joins, only
+when a producer outside the kernel is computed), and orders the kernels by their first
+node when that order is topological, else with its own Kahn pass. Results are identical
+to the first, networkx-based implementation (a test compares them on every zoo base
+model).
 
 Examples
 --------
@@ -55,7 +58,7 @@ from typing import Any
 import networkx as nx
 
 from nnmeter.errors import PartitionError
-from nnmeter.ir.graph import ModelGraph, Node
+from nnmeter.ir.graph import ModelGraph
 from nnmeter.kernels import Kernel, kernel_type_of
 from nnmeter.kernels.base import KERNEL_TYPES
 from nnmeter.partition.blocks import GraphView, match_blocks
@@ -80,6 +83,7 @@ class _Rules:
         self._types: dict[tuple[str, ...], str] = {}
         self._ktypes: dict[str, Any] = {}
         self._heads: dict[tuple[str, ...], list[str]] = {}
+        self._accepts: dict[tuple[tuple[str, ...], str, bool], bool] = {}
 
     def fuses(self, a: str, b: str) -> bool:
         key = (a, b)
@@ -133,6 +137,54 @@ class _Rules:
             hit = self._types[ops] = kernel_type_of(ops)
         return hit
 
+    def accepts(self, ops: tuple[str, ...], cop: str, computed: bool) -> bool:
+        """Whether a kernel of ``ops`` may grow by a non-identity op ``cop``, as far as
+        the rules and the kernel-type grammar say (``computed``: ``cop`` also reads a
+        tensor computed outside the kernel). Graph structure (cycles) is checked apart."""
+        key = (ops, cop, computed)
+        hit = self._accepts.get(key)
+        if hit is None:
+            hit = self._accepts[key] = self._decide(ops, cop, computed)
+        return hit
+
+    def _decide(self, ops: tuple[str, ...], cop: str, computed: bool) -> bool:
+        rule_ops = self.rule_ops(ops, _rule_tail_op(ops))
+        joined = None
+        if computed and cop in _BINARY:
+            # a join of computed tensors (residual add, concat): the two-branch test
+            # of the kernel's op decides where it exists, and can veto otherwise
+            for o in rule_ops:
+                joined = self.multi_input_decision(o, cop)
+                if joined is not None:
+                    break
+            if joined is None and not self.multi_input_fuses(cop):
+                return False
+        if joined is False:
+            return False
+        if not joined and not any(self.fuses(o, cop) for o in rule_ops):
+            return False
+        return self.type_of(ops + (cop,)) != "other"
+
+
+# FusionRules are frozen: their memo is kept across calls (bounded; the entry holds
+# the rules object so that its id is not reused while the memo lives)
+_MEMOS: dict[int, tuple[Any, _Rules]] = {}
+
+
+def _memo_of(rules: Any) -> _Rules:
+    from nnmeter.fusion.rules import FusionRules
+
+    if type(rules) is not FusionRules:
+        return _Rules(rules)
+    hit = _MEMOS.get(id(rules))
+    if hit is not None and hit[0] is rules:
+        return hit[1]
+    if len(_MEMOS) >= 64:
+        _MEMOS.clear()
+    memo = _Rules(rules)
+    _MEMOS[id(rules)] = (rules, memo)
+    return memo
+
 
 class _State:
     """Node → kernel assignment during partitioning."""
@@ -142,18 +194,17 @@ class _State:
         self.kernel_of: dict[str, int] = {}
         self.members: list[list[str]] = []
         self.types: list[str | None] = []
+        self.ops: list[tuple[str, ...]] = []  # op types of each kernel's members
 
     def new(self, names: list[str], type_name: str | None = None) -> int:
         kid = len(self.members)
         self.members.append(list(names))
         self.types.append(type_name)
+        op_of = self.view.ops
+        self.ops.append(tuple([op_of[n] for n in names]))
         for n in names:
             self.kernel_of[n] = kid
         return kid
-
-    def add(self, kid: int, name: str) -> None:
-        self.members[kid].append(name)
-        self.kernel_of[name] = kid
 
     def merge_makes_cycle(self, kid: int, c: str) -> bool:
         """True when putting ``c`` into kernel ``kid`` would close a cycle between
@@ -164,7 +215,7 @@ class _State:
         targets = set()
         for p in view.preds[c]:
             g = kernel_of.get(p, p)
-            if g != kid and view.nodes[p].op != "input":
+            if g != kid and view.ops[p] != "input":
                 targets.add(g)
         if not targets:
             return False
@@ -191,61 +242,71 @@ class _State:
         return False
 
 
-def _rule_tail_op(nodes: dict[str, Node], members: list[str]) -> str:
-    for name in reversed(members):
-        op = nodes[name].op
+def _rule_tail_op(ops: tuple[str, ...]) -> str:
+    """The op whose rules decide what follows a kernel of ``ops``: its last op that is
+    not an ``identity`` (the last op when all are)."""
+    for op in reversed(ops):
         if op != "identity":
             return op
-    return nodes[members[-1]].op
+    return ops[-1]
 
 
-def _next_member(state: _State, kid: int, rules: _Rules) -> str | None:
+def _grow_kernels(state: _State, rules: _Rules) -> None:
+    """Start a kernel at each node not yet in one (graph inputs never are), in
+    topological order, and grow it one consumer of its last node at a time while it may
+    (see the module docstring)."""
     view = state.view
-    nodes = view.nodes
-    members = state.members[kid]
-    tail = members[-1]
-    tail_node = nodes[tail]
-    if len(tail_node.output_shapes) > 1:
-        return None  # split-like nodes end their kernel
-    consumers = view.succs[tail]
-    if not consumers:
-        return None
-    is_output = tail in view.output_nodes
-    tail_op = _rule_tail_op(nodes, members)
-    if (len(consumers) > 1 or is_output) and not rules.multi_consumer_fuses(tail_op):
-        return None
-    ops = tuple(nodes[n].op for n in members)
-    rule_ops = rules.rule_ops(ops, tail_op)
-    member_set = None
-    for c in consumers:
-        if c in state.kernel_of:
+    multi_output, output_nodes, succs = view.multi_output, view.output_nodes, view.succs
+    kernel_of, op_of, preds = state.kernel_of, view.ops, view.preds
+    all_ops, all_members, types = state.ops, state.members, state.types
+    accepted = rules._accepts
+    for name in view.order:
+        if name in kernel_of or op_of[name] == "input":
             continue
-        cop = nodes[c].op
-        if member_set is None:
-            member_set = set(members)
-        outside = [p for p in view.preds[c] if p not in member_set]
-        computed = any(nodes[p].op != "input" for p in outside)
-        if cop != "identity":
-            joined = None
-            if computed and cop in _BINARY:
-                # a join of computed tensors (residual add, concat): the two-branch test
-                # of the kernel's op decides where it exists, and can veto otherwise
-                for o in rule_ops:
-                    joined = rules.multi_input_decision(o, cop)
-                    if joined is not None:
-                        break
-                if joined is None and not rules.multi_input_fuses(cop):
+        # state.new([name]) and state.add(kid, c), written out: this loop is the hot path
+        kid = len(all_members)
+        members = [name]
+        all_members.append(members)
+        types.append(None)
+        all_ops.append((op_of[name],))
+        kernel_of[name] = kid
+        while True:
+            tail = members[-1]
+            if tail in multi_output:
+                break  # split-like nodes end their kernel
+            consumers = succs[tail]
+            if not consumers:
+                break
+            ops = all_ops[kid]
+            if ((len(consumers) > 1 or tail in output_nodes)
+                    and not rules.multi_consumer_fuses(_rule_tail_op(ops))):
+                break
+            for c in consumers:
+                if c in kernel_of:
                     continue
-            if joined is False:
-                continue
-            if not joined and not any(rules.fuses(o, cop) for o in rule_ops):
-                continue
-            if rules.type_of(ops + (cop,)) == "other":
-                continue
-        if outside and state.merge_makes_cycle(kid, c):
-            continue
-        return c
-    return None
+                producers = preds[c]
+                if len(producers) == 1:  # reads the tail only
+                    outside: list[str] = []
+                    computed = False
+                else:
+                    # a producer is in this kernel exactly when it is assigned to it
+                    outside = [p for p in producers if kernel_of.get(p) != kid]
+                    computed = any(op_of[p] != "input" for p in outside)
+                cop = op_of[c]
+                if cop != "identity":
+                    ok = accepted.get((ops, cop, computed))  # rules.accepts, memo first
+                    if ok is None:
+                        ok = rules.accepts(ops, cop, computed)
+                    if not ok:
+                        continue
+                if outside and state.merge_makes_cycle(kid, c):
+                    continue
+                members.append(c)
+                all_ops[kid] += (cop,)
+                kernel_of[c] = kid
+                break
+            else:
+                break
 
 
 def kernel_graph(graph: ModelGraph, kernels: list[Kernel]) -> nx.DiGraph:
@@ -289,16 +350,34 @@ def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str
         If the kernels form a cycle (a partitioner bug).
     """
     n = len(members)
+    pos, succs = view.pos, view.succs
+    first = [pos[names[0]] for names in members]  # members are sorted by position
+    # When every edge between kernels runs from an earlier first node to a later one,
+    # the order of first nodes is topological, and the Kahn pass returns it unchanged
+    # (the earliest remaining kernel is always ready).
+    forward = True
+    for kid, names in enumerate(members):
+        f = first[kid]
+        for name in names:
+            for s in succs[name]:
+                if first[kernel_of[s]] < f:  # first nodes are distinct: t != kid
+                    forward = False
+                    break
+            if not forward:
+                break
+        if not forward:
+            break
+    if forward:
+        return sorted(range(n), key=first.__getitem__)
     succ: list[set[int]] = [set() for _ in range(n)]
     indeg = [0] * n
     for kid, names in enumerate(members):
         for name in names:
-            for s in view.succs[name]:
+            for s in succs[name]:
                 t = kernel_of[s]
                 if t != kid and t not in succ[kid]:
                     succ[kid].add(t)
                     indeg[t] += 1
-    first = [min(view.pos[m] for m in names) for names in members]
     heap = [(first[k], k) for k in range(n) if indeg[k] == 0]
     heapq.heapify(heap)
     order: list[int] = []
@@ -318,16 +397,16 @@ def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str
     return order
 
 
-def _make_kernel(view: GraphView, names: list[str], type_name: str | None,
+def _make_kernel(names: list[str], ops: tuple[str, ...], type_name: str | None,
                  graph: ModelGraph, rules: _Rules) -> Kernel:
-    ops = tuple(view.nodes[n].op for n in names)
     tname = type_name or rules.type_of(ops)
+    ktype = rules._ktypes.get(tname) or rules.ktype(tname)
     try:
-        config = rules.ktype(tname).config_from_nodes(graph, names)
+        config = ktype.config_from_nodes(graph, names)
     except (StopIteration, ValueError, IndexError, AttributeError):
         tname = "other"
         config = rules.ktype("other").config_from_nodes(graph, names)
-    return Kernel(tname, tuple(names), ops, config)
+    return Kernel._fast(tname, tuple(names), ops, config)
 
 
 def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
@@ -352,28 +431,28 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
         If the result would not be a DAG of kernels covering every op (a bug).
     """
     view = GraphView(graph)
-    if any(not n.output_shapes for n in view.nodes.values()):
+    if not view.shapes_known:
         graph = graph.copy().infer_shapes()
         view = GraphView(graph)
-    memo = _Rules(rules)
+    memo = _memo_of(rules)
     state = _State(view)
     for block, names in match_blocks(graph, view=view):
         if rules.block_fused(block):
             state.new(list(names), block)
-    nodes = view.nodes
-    for name in view.order:
-        if name in state.kernel_of or nodes[name].op == "input":
-            continue
-        kid = state.new([name])
-        while True:
-            nxt = _next_member(state, kid, memo)
-            if nxt is None:
-                break
-            state.add(kid, nxt)
+    _grow_kernels(state, memo)
+    op_of = view.ops
     pos = view.pos
-    members = [sorted(names, key=pos.__getitem__) for names in state.members]
+    members = state.members
+    ops = state.ops
+    for kid, names in enumerate(members):
+        if len(names) > 1:
+            ordered = sorted(names, key=pos.__getitem__)
+            if ordered != names:  # blocks are matched from their anchor
+                members[kid] = ordered
+                ops[kid] = tuple([op_of[n] for n in ordered])
     order = _kernel_order(view, members, state.kernel_of, graph.name)
-    kernels = [_make_kernel(view, members[i], state.types[i], graph, memo) for i in order]
-    logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(nodes),
+    types = state.types
+    kernels = [_make_kernel(members[i], ops[i], types[i], graph, memo) for i in order]
+    logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(view.nodes),
                  len(kernels))
     return kernels

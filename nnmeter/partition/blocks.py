@@ -30,57 +30,114 @@ class GraphView:
     One topological sort; ``order`` (names), ``pos`` (name → index in ``order``),
     ``nodes`` (name → Node), ``succs`` (name → consumer names in insertion order, like
     :meth:`ModelGraph.successors`), ``preds`` (name → distinct producers in input order,
-    like :meth:`ModelGraph.predecessors`) and ``output_nodes`` (names of nodes whose
+    like :meth:`ModelGraph.predecessors`), ``ops`` (name → op type), ``multi_output``
+    (names of nodes with several output ports), ``shapes_known`` (every node has its
+    output shapes) and ``output_nodes`` (names of nodes whose
     output is a graph output). Never mutate the graph while a view of it is in use.
     """
 
-    __slots__ = ("graph", "order", "pos", "nodes", "succs", "preds", "output_nodes")
+    __slots__ = ("graph", "order", "pos", "nodes", "succs", "preds", "output_nodes", "ops",
+                 "multi_output", "shapes_known")
 
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
-        data = graph.nx.nodes
-        # networkx's adjacency dicts, read directly: the views cost more than the work
+        # networkx's node and adjacency dicts, read directly: the views cost more than
+        # the work
+        data = graph.nx._node
         succ_of, pred_of = graph.nx._succ, graph.nx._pred
-        rank = {n: d["order"] for n, d in data.items()}
-        self.nodes = {n: d["node"] for n, d in data.items()}
-        # one Kahn pass, ties by insertion order: the order ModelGraph.topological_order
-        # gives (networkx's lexicographical_topological_sort keyed the same way)
-        cached = getattr(graph, "_topo", None)
-        if cached is not None and len(cached) == len(rank):
-            order: list[str] = list(cached)  # the graph already knows its order
-        else:
-            indeg = {n: len(pred_of[n]) for n in rank}
-            heap = [(rank[n], n) for n, d in indeg.items() if d == 0]
-            heapq.heapify(heap)
-            order = []
-            while heap:
-                _, n = heapq.heappop(heap)
-                order.append(n)
-                for s in succ_of[n]:
-                    indeg[s] -= 1
-                    if indeg[s] == 0:
-                        heapq.heappush(heap, (rank[s], s))
-            if len(order) != len(rank):
-                order = graph.topological_order()  # raises the graph's cycle error
-            elif hasattr(graph, "_topo"):
-                graph._topo = tuple(order)
-        self.order = order
-        self.pos = {n: i for i, n in enumerate(order)}
-        self.succs = {n: (sorted(succ_of[n], key=rank.__getitem__) if len(succ_of[n]) > 1
-                          else list(succ_of[n])) for n in order}
+        nodes: dict[str, Node] = {}
+        self.nodes = nodes
+        # The order is the Kahn pass with ties by insertion order that
+        # ModelGraph.topological_order gives (networkx's lexicographical_topological_sort
+        # keyed the same way). When the insertion order is itself topological (graphs are
+        # mostly built producer first), that pass returns it unchanged: the earliest
+        # remaining node is always ready. So it is checked first, in the same loop that
+        # reads the inputs (the graph's edges are exactly its nodes' inputs).
+        pos: dict[str, int] = {}
         preds: dict[str, list[str]] = {}
-        for n, node in self.nodes.items():
+        ops: dict[str, str] = {}
+        multi_output: set[str] = set()
+        in_order = True
+        shapes_known = True
+        last_rank = None
+        for n, d in data.items():
+            node = nodes[n] = d["node"]
+            ops[n] = node.op
+            n_out = len(node.output_shapes)
+            if n_out != 1:
+                if n_out > 1:
+                    multi_output.add(n)
+                else:
+                    shapes_known = False
             ins = node.inputs
             if len(ins) == 1:
-                preds[n] = [ins[0].node]
-                continue
-            seen: list[str] = []
-            for ref in ins:
-                if ref.node not in seen:
-                    seen.append(ref.node)
-            preds[n] = seen
+                src = ins[0].node
+                preds[n] = [src]
+                if in_order and src not in pos:
+                    in_order = False
+            else:
+                seen: list[str] = []
+                for ref in ins:
+                    if ref.node not in seen:
+                        seen.append(ref.node)
+                        if ref.node not in pos:  # a producer not yet placed
+                            in_order = False
+                preds[n] = seen
+            if in_order:
+                rank = d["order"]
+                if last_rank is not None and rank <= last_rank:
+                    in_order = False
+                last_rank = rank
+                pos[n] = len(pos)
+        if in_order:
+            order: list[str] = list(nodes)
+        else:
+            order = self._kahn(graph, data, succ_of, pred_of)
+            pos = {n: i for i, n in enumerate(order)}
+        if hasattr(graph, "_topo"):
+            graph._topo = tuple(order)
+        self.order = order
+        self.pos = pos
+        # consumers by insertion rank (which pos follows when the insertion order is
+        # topological)
+        succs: dict[str, list[str]] = {}
+        for n in order:
+            out = succ_of[n]
+            if len(out) > 1:
+                if in_order:
+                    succs[n] = sorted(out, key=pos.__getitem__)
+                else:
+                    succs[n] = sorted(out, key=lambda m: data[m]["order"])
+            else:
+                succs[n] = list(out)
+        self.succs = succs
         self.preds = preds
+        self.ops = ops  # name -> op type
+        self.multi_output = frozenset(multi_output)  # nodes with several output ports
+        self.shapes_known = shapes_known  # every node has its output shapes
         self.output_nodes = frozenset(o.node for o in graph.outputs)
+
+    @staticmethod
+    def _kahn(graph: ModelGraph, data: dict, succ_of: dict, pred_of: dict) -> list[str]:
+        """Kahn's pass, ties by insertion rank; the graph's own cycle error on a cycle."""
+        cached = getattr(graph, "_topo", None)
+        if cached is not None and len(cached) == len(data):
+            return list(cached)  # the graph already knows its order
+        rank = {n: d["order"] for n, d in data.items()}
+        indeg = {n: len(pred_of[n]) for n in rank}
+        heap = [(rank[n], n) for n, d in indeg.items() if d == 0]
+        heapq.heapify(heap)
+        order: list[str] = []
+        while heap:
+            _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in succ_of[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (rank[s], s))
+        if len(order) != len(rank):
+            return graph.topological_order()  # raises the graph's cycle error
+        return order
 
     # ModelGraph-like reading API used by the block matchers
     def node(self, name: str) -> Node:
@@ -204,7 +261,13 @@ def match_blocks(graph: ModelGraph, *,
     if view is None:
         view = GraphView(graph)
     graph = view  # type: ignore[assignment]  # the matchers only read
-    nodes = [n for n in view.topological_nodes() if n.op in _ANCHORS]
+    op_of, all_nodes = view.ops, view.nodes
+    nodes = [all_nodes[n] for n in view.order if op_of[n] in _ANCHORS]
+    # each matcher rejects any other op at once; it only sees the ops it starts from
+    muls = [n for n in nodes if n.op == "mul"]
+    adds = [n for n in nodes if n.op == "add"]
+    reshapes = [n for n in nodes if n.op == "reshape"]
+    gaps = [n for n in nodes if n.op == "gap"]
     taken: set[str] = set()
     found: list[tuple[str, tuple[str, ...]]] = []
 
@@ -213,19 +276,19 @@ def match_blocks(graph: ModelGraph, *,
             taken.update(names)
             found.append((name, names))
 
-    for n in nodes:
+    for n in muls:
         m = _match_se(graph, n)
         if m:
             keep("se", m)
-    for n in nodes:
+    for n in adds:
         hm = _match_hswish(graph, n)
         if hm:
             keep(*hm)
-    for n in nodes:
+    for n in reshapes:
         m = _match_shuffle(graph, n)
         if m:
             keep("channelshuffle", m)
-    for n in nodes:
+    for n in gaps:
         m = _match_gap(graph, n)
         if m:
             keep("gap", m)

@@ -41,6 +41,10 @@ TRANSPARENT_TYPES = frozenset({"relu", "relu6", "add", "add-relu", "add-relu6", 
                                "maxpool", "bn", "bn-relu", "bn-relu6"})
 
 
+#: kernel families ORT may run in the blocked layout
+_BLOCKED_FAMILIES = ("conv", "dwconv")
+
+
 def _out_hw(h: int, w: int, k: int, s: int, pads: Any) -> tuple[int, int]:
     if pads is None:
         return -(-h // s), -(-w // s)
@@ -51,7 +55,7 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
     """(input, output) elements a single-kernel model of ``config`` reorders into and
     out of a ``block``-channel blocked layout; (0, 0) when it runs unblocked."""
     family = getattr(kernel_type, "family", "")
-    if not block or family not in ("conv", "dwconv"):
+    if not block or family not in _BLOCKED_FAMILIES:
         return 0, 0
     cin = int(config.cin)
     cout = int(getattr(config, "cout", cin))
@@ -64,11 +68,20 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
     return n_in, cout * ho * wo
 
 
-def _elements(graph: Any, node: str) -> int:
+def _elements(node_data: dict[str, Any], node: str) -> int:
     try:
-        return int(math.prod(int(d) for d in graph.node(node).output_shape))
+        return int(math.prod(int(d) for d in node_data[node]["node"].output_shape))
     except (TypeError, ValueError, AttributeError):  # unknown shape: no reorder counted
         return 0
+
+
+def _exit_node(succ_of: dict[str, Any], names: Sequence[str]) -> str:
+    """The node whose output leaves a kernel of ``names`` (its last such node)."""
+    if len(names) == 1:
+        return names[0]
+    inside = set(names)
+    exits = [n for n in names if not succ_of[n] or not succ_of[n].keys() <= inside]
+    return exits[-1] if exits else names[-1]
 
 
 def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
@@ -78,32 +91,46 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
         return []
     node2k = {n: i for i, k in enumerate(kernels) for n in k.nodes}
     blocked = [False] * len(kernels)
-    out_elems = [0] * len(kernels)
     reordered: set[int] = set()
     out: list[int] = []
-    # networkx's adjacency dicts, read directly: this runs once per predicted model
-    succ_of, pred_of = graph.nx._succ, graph.nx._pred
+    # networkx's adjacency and node dicts, read directly: this runs once per predicted
+    # model
+    succ_of, pred_of, node_data = graph.nx._succ, graph.nx._pred, graph.nx._node
+    # kernel type name -> (KernelType, may run blocked, layout-transparent)
+    info: dict[str, tuple[Any, bool, bool]] = {}
     for i, k in enumerate(kernels):
-        inside = set(k.nodes)
-        producers = sorted({node2k[p] for n in k.nodes for p in pred_of[n]
-                            if p not in inside and p in node2k})
-        exits = [n for n in k.nodes if not succ_of[n] or not succ_of[n].keys() <= inside]
-        out_elems[i] = _elements(graph, exits[-1] if exits else k.nodes[-1])
-        n_in, n_out = reorder_elements(k.kernel_type, k.config, block)
-        if n_out:
-            blocked[i] = True
-            if n_in and not (producers and all(blocked[p] for p in producers)):
-                out.append(n_in)
+        names = k.nodes
+        if len(names) == 1:  # a node is never its own producer
+            producers = {node2k[p] for p in pred_of[names[0]] if p in node2k}
+        else:
+            inside = set(names)
+            producers = {node2k[p] for n in names for p in pred_of[n]
+                         if p not in inside and p in node2k}
+        about = info.get(k.type)
+        if about is None:
+            kt = k.kernel_type
+            about = info[k.type] = (kt, getattr(kt, "family", "") in _BLOCKED_FAMILIES,
+                                    k.type in TRANSPARENT_TYPES)
+        kt, may_block, transparent = about
+        if may_block:
+            n_in, n_out = reorder_elements(kt, k.config, block)
+            if n_out:
+                blocked[i] = True
+                if n_in and not (producers and all(blocked[p] for p in producers)):
+                    out.append(n_in)
+                continue
+        from_blocked = [p for p in producers if blocked[p]]
+        if not from_blocked:
             continue
-        if k.type in TRANSPARENT_TYPES and producers and any(blocked[p] for p in producers):
+        if transparent:
             blocked[i] = True
             continue
-        for p in producers:
-            if blocked[p] and p not in reordered:
+        for p in sorted(from_blocked):  # in kernel order: the sum adds them in this order
+            if p not in reordered:
                 reordered.add(p)
-                out.append(out_elems[p])
+                out.append(_elements(node_data, _exit_node(succ_of, kernels[p].nodes)))
     outputs = {str(getattr(r, "node", r)) for r in getattr(graph, "outputs", ())}
     for i, k in enumerate(kernels):
-        if blocked[i] and i not in reordered and outputs & set(k.nodes):
-            out.append(out_elems[i])
+        if blocked[i] and i not in reordered and not outputs.isdisjoint(k.nodes):
+            out.append(_elements(node_data, _exit_node(succ_of, k.nodes)))
     return out

@@ -148,6 +148,8 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     reorder = _remove_reorders(backend_id, data)
 
     chosen = _read_choice(ds)
+    # types whose family regressor beat their own on held-out rows (choose_regressors)
+    use_family = {t for t, src in _read_choice(ds, "source").items() if src == "family"}
 
     def fit(kind: str, member: str, X: np.ndarray, y: np.ndarray) -> Any:
         params = {"norm_feature": work_feature(KERNEL_TYPES.get(member))}
@@ -159,7 +161,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     families: dict[str, list[KernelData]] = {}
     for t, d in sorted(data.items()):
         counts[t] = len(d)
-        if len(d) >= settings.min_type_samples:
+        if len(d) >= settings.min_type_samples and t not in use_family:
             regressors[f"type:{t}"] = fit(t, t, d.X, d.y)
         fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
         families.setdefault(fam, []).append(d)
@@ -211,25 +213,35 @@ def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float
     return [fixed, per_elem]
 
 
-def _read_choice(ds: KernelDataset) -> dict[str, str]:
+def _read_choice(ds: KernelDataset, key: str = "regressor") -> dict[str, str]:
     import json
 
     path = ds.directory / CHOICE_FILE
     if not path.exists():
         return {}
     try:
-        return dict(json.loads(path.read_text()).get("regressor", {}))
+        return dict(json.loads(path.read_text()).get(key, {}))
     except ValueError as err:
         raise DatasetError(f"{path} is not valid JSON ({err}); delete it to use defaults") from err
 
 
 def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = ("rf", "lgbm"),
-                      folds: int = 5, min_samples: int = 100, seed: int = 0) -> dict[str, Any]:
-    """Pick, per kernel type, the regressor with the best cross-validated ±10 % accuracy
-    and write the choice to ``<dataset>/predictor.json`` (deterministic for the data).
+                      folds: int = 5, min_samples: int = 100, seed: int = 0,
+                      min_type_samples: int = PredictorSettings.min_type_samples) -> dict[str, Any]:
+    """Pick, per kernel type, the regressor and the data source with the best
+    cross-validated ±10 % accuracy; write them to ``<dataset>/predictor.json``
+    (deterministic for the data).
 
-    Types with fewer than ``min_samples`` rows keep the default (``rf``): their CV
-    figures are too noisy to choose on. Returns ``{type: {regressor: acc10}}``.
+    - **Regressor** (rf or lgbm): types with fewer than ``min_samples`` rows keep the
+      default (``rf``); their CV figures are too noisy to choose on.
+    - **Source** (own or family): a fused type such as ``conv-bn-relu6`` may have too
+      few rows for a regressor of its own, while its family (every ``conv-*`` type,
+      the fused tail as flags) has thousands. Both are scored on the *same* held-out
+      rows of the type: its own regressor trained on the other folds, and the family
+      regressor trained on the other folds plus every other member's rows. The type
+      keeps its own regressor only when that scores at least as well.
+
+    Returns ``{type: {regressor or "family": acc10}}``.
     """
     import json
 
@@ -237,23 +249,53 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
 
     scores: dict[str, Any] = {}
     choice: dict[str, str] = {}
-    for t in dataset.kernel_types():
-        d = load_kernel_data(dataset, t)
-        if d is None or len(d) < min_samples:
-            continue
+    source: dict[str, str] = {}
+    data = {t: d for t in dataset.kernel_types()
+            if (d := load_kernel_data(dataset, t)) is not None}
+
+    def cv(t: str, name: str, d: KernelData, extra: list[KernelData]) -> float:
         norm = work_feature(KERNEL_TYPES.get(t))
         fold = np.random.default_rng(seed).permutation(len(d)) % folds
-        scores[t] = {}
-        for name in candidates:
-            pred = np.empty(len(d))
-            for k in range(folds):
-                te = fold == k
-                pred[te] = make_regressor(t, name, norm_feature=norm, random_state=seed).fit(
-                    d.X[~te], d.y[~te]).predict(d.X[te])
-            scores[t][name] = float(np.mean(np.abs(pred - d.y) <= 0.10 * d.y))
+        pred = np.empty(len(d))
+        for k in range(folds):
+            te = fold == k
+            X = np.vstack([d.X[~te], *[e.X for e in extra]])
+            y = np.concatenate([d.y[~te], *[e.y for e in extra]])
+            pred[te] = make_regressor(t, name, norm_feature=norm, random_state=seed).fit(
+                X, y).predict(d.X[te])
+        return float(np.mean(np.abs(pred - d.y) <= 0.10 * d.y))
+
+    for t, d in sorted(data.items()):
+        if len(d) < min_samples:
+            continue
+        scores[t] = {name: cv(t, name, d, []) for name in candidates}
         best = max(candidates, key=lambda n: (scores[t][n], n == candidates[0]))
         if best != "rf":
             choice[t] = best
+    families: dict[str, list[str]] = {}
+    for t in data:
+        fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
+        families.setdefault(fam, []).append(t)
+    for fam, members in sorted(families.items()):
+        if len(members) < 2:
+            continue
+        for t in sorted(members):
+            d = data[t]
+            if len(d) < max(min_type_samples, folds) or t == fam:
+                continue
+            others = [data[m] for m in members if m != t and data[m].X.shape[1] == d.X.shape[1]]
+            if not others:
+                continue
+            own = scores.get(t, {}).get(choice.get(t, "rf"))
+            if own is None:
+                own = cv(t, choice.get(t, "rf"), d, [])
+            fam_name = choice.get(fam, "rf")
+            famv = cv(t, fam_name, d, others)
+            scores.setdefault(t, {})["own"] = own
+            scores[t]["family"] = famv
+            if famv > own:
+                source[t] = "family"
     (dataset.directory / CHOICE_FILE).write_text(json.dumps(
-        {"regressor": choice, "cv_acc10": scores, "folds": folds}, indent=1, sort_keys=True))
+        {"regressor": choice, "source": source, "cv_acc10": scores, "folds": folds},
+        indent=1, sort_keys=True))
     return scores

@@ -119,7 +119,8 @@ def _channel_range(c: int, low: float, high: float) -> tuple[int, int]:
 def sample_around(config: dict[str, Any], n: int, rng: np.random.Generator,
                   channel_fields: Sequence[str], *, ties: Sequence[Sequence[str]] = (),
                   low: float = 0.5, high: float = 1.2, sweep_fraction: float = 0.5,
-                  exclude: set[str] | None = None) -> list[dict[str, Any]]:
+                  exclude: set[str] | None = None, align: int = 8,
+                  align_fraction: float = 0.5) -> list[dict[str, Any]]:
     """Up to ``n`` new configurations near ``config`` (see the module docstring).
 
     Parameters
@@ -132,6 +133,9 @@ def sample_around(config: dict[str, Any], n: int, rng: np.random.Generator,
         Share of the ``n`` spent on fine one-field sweeps, the rest on random neighbours.
     exclude : set of str, optional
         ``config_key`` of every configuration measured or queued; updated in place.
+    align, align_fraction : int, float
+        This share of the random neighbours has every varied field rounded to a
+        multiple of ``align``: the step points of blocked kernels sit there.
     """
     exclude = set() if exclude is None else exclude
     groups: list[tuple[str, ...]] = [tuple(t) for t in ties if t and t[0] in channel_fields]
@@ -168,9 +172,15 @@ def sample_around(config: dict[str, Any], n: int, rng: np.random.Generator,
     while len(out) < n and tries < 20 * n:
         tries += 1
         cfg = dict(config)
+        snap = align > 1 and rng.random() < align_fraction
         for group in groups:
             lo, hi = _channel_range(int(config[group[0]]), low, high)
-            cfg = with_value(cfg, group, int(rng.integers(lo, hi)))
+            v = int(rng.integers(lo, hi))
+            if snap:  # to the nearest multiple inside [lo, hi), if there is one
+                m = align * int(round(v / align))
+                m = m - align if m >= hi else m
+                v = m if m >= max(lo, align) else v
+            cfg = with_value(cfg, group, v)
         take(cfg)
     return out
 

@@ -127,3 +127,13 @@ def test_explore_fraction_mixes_prior_draws_without_duplicates():
     keys = [config_key(s.config) for s in res.samples]
     assert len(keys) == len(set(keys))
     assert drawn and {config_key(c) for c in drawn} <= set(keys)
+
+
+def test_sample_around_snaps_a_share_of_neighbours_to_the_channel_block():
+    rng = np.random.default_rng(3)
+    base = {"hw": 14, "cin": 100, "cout": 100, "k": 3}
+    out = sample_around(base, 60, rng, ("cin", "cout"), ties=[("cin", "cout")],
+                        sweep_fraction=0.0, align=8, align_fraction=0.5)
+    aligned = [c for c in out if c["cin"] % 8 == 0]
+    assert aligned and len(aligned) < len(out)
+    assert all(50 <= c["cin"] < 120 for c in out)

@@ -62,3 +62,16 @@ def test_initial_sampling_respects_filter_and_small_spaces():
     prior = KernelPrior.from_configs("conv", _real_configs())
     assert all(c["cin"] < 100 for c in
                sample_initial(prior, 30, accept=lambda c: c["cin"] < 100))
+
+
+def test_prior_keeps_the_share_of_aligned_channels():
+    real = [{"hw": 28, "cin": 8 * i, "cout": 16 * i, "k": 3} for i in range(1, 31)]
+    real += [{"hw": 28, "cin": 8 * i + 3, "cout": 16 * i, "k": 3} for i in range(1, 11)]
+    prior = KernelPrior.from_configs("conv", real)
+    assert prior.aligned_share == pytest.approx(30 / 40)
+    draws = prior.sample(2000, np.random.default_rng(0))
+    share = np.mean([c["cin"] % 8 == 0 and c["cout"] % 8 == 0 for c in draws])
+    # the snapped share plus the few unsnapped draws that are aligned by chance
+    assert 0.70 <= share <= 0.85
+    back = KernelPrior.from_dict(prior.to_dict())
+    assert back.aligned_share == prior.aligned_share

@@ -1,0 +1,315 @@
+"""Kernel boundary cost: the work a single-kernel model does at its own edges.
+
+A single-kernel measurement runs a whole (tiny) model: the runtime converts the plain
+fp32 NCHW input into its internal layout and precision, runs the kernel, and converts
+the result back. OpenVINO's CPU plugin, for example, adds an input ``Reorder`` (fp32
+``abcd`` → bf16 blocked) and an output ``Reorder`` around every single-kernel model;
+MNN adds ``Raster`` layout nodes. Inside a whole model, consecutive kernels hand each
+other tensors already in the internal layout, so these conversions happen only at the
+model's edges. Summing single-kernel times therefore counts them once per kernel.
+
+This module measures that boundary cost on the device and removes it from the kernel
+data before training:
+
+- :func:`measure_boundary` profiles a spread of single-kernel models from a dataset
+  (the runtime's executed layout conversions that cover no original node are the
+  boundary) and fits
+  ``boundary_ms = fixed + a * input_elements + b * output_elements``, per kernel family
+  where the family's points disagree with the shared fit;
+- :func:`write_boundary` / :func:`read_boundary` store it as ``<dataset>/boundary.json``
+  with the raw points, the fit and the device fingerprint;
+- :func:`remove_boundary` subtracts the fitted cost from every row's net time in place.
+
+Examples
+--------
+>>> fit = fit_boundary([
+...     BoundaryPoint("relu", "activation", 1000, 1000, 0.012),
+...     BoundaryPoint("relu", "activation", 4000, 4000, 0.042),
+...     BoundaryPoint("relu", "activation", 9000, 9000, 0.092),
+... ], min_family_points=99)
+>>> round(boundary_cost_ms(fit, "activation", 2000, 2000), 4)
+0.022
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+
+__all__ = ["BOUNDARY_FILE", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
+           "fit_boundary", "boundary_cost_ms", "measure_boundary", "write_boundary",
+           "read_boundary", "remove_boundary", "select_calibration_rows"]
+
+#: per-dataset file holding the boundary calibration
+BOUNDARY_FILE = "boundary.json"
+
+#: a row's net time never drops below this share of itself when the boundary is removed
+FLOOR_SHARE = 0.25
+
+#: executed-node types that only convert layout or precision (OpenVINO ``Reorder`` and
+#: ``Convert``, MNN ``Raster``); other uncovered nodes are the kernel itself whose
+#: origin the runtime did not report (OpenVINO's ``ShuffleChannels``)
+LAYOUT_OPS = frozenset({"Reorder", "Convert", "Raster"})
+
+#: a family gets its own coefficients only when they cut its RMS error by this share
+_FAMILY_GAIN = 0.25
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BoundaryPoint:
+    """One profiled single-kernel model.
+
+    ``boundary_ms`` sums the executed layout or precision conversions that cover no
+    original node (:data:`LAYOUT_OPS`; one time per entry of ``boundary_nodes`` in
+    ``boundary_node_ms``); ``kernel_ms`` sums the rest. Elements are summed over the
+    model's inputs and outputs.
+    """
+
+    kernel_type: str
+    family: str
+    input_elements: int
+    output_elements: int
+    boundary_ms: float
+    kernel_ms: float = 0.0
+    boundary_nodes: tuple[str, ...] = ()
+    boundary_node_ms: tuple[float, ...] = ()
+    #: the dataset row's measured latency (whole single-kernel model), for comparison
+    measured_ms: float | None = None
+
+
+def boundary_elements(kernel_type: Any, config: Any) -> tuple[int, int]:
+    """(input, output) elements of ``config``'s single-kernel model, each summed over
+    the model's inputs (outputs)."""
+    graph = kernel_type.build_graph(config, validate=False)
+    n_in = sum(math.prod(graph.node(n).output_shape) for n in graph.input_names)
+    n_out = sum(math.prod(graph.shape_of(r)) for r in graph.outputs)
+    return int(n_in), int(n_out)
+
+
+def _lstsq_nonneg(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    from scipy.optimize import nnls
+
+    # scale the columns so the per-element slopes and the fixed term are comparable
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-30)
+    coef, _ = nnls(A / scale, y)
+    return coef / scale
+
+
+def _design(points: list[BoundaryPoint]) -> tuple[np.ndarray, np.ndarray]:
+    A = np.array([[1.0, p.input_elements, p.output_elements] for p in points], dtype=float)
+    y = np.array([p.boundary_ms for p in points], dtype=float)
+    return A, y
+
+
+def _rms(A: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((A @ coef - y) ** 2)))
+
+
+def fit_boundary(points: list[BoundaryPoint], *, min_family_points: int = 3) -> dict[str, Any]:
+    """Non-negative least-squares fit of ``boundary_ms`` on (1, input, output elements).
+
+    Returns ``{"shared": [fixed_ms, ms_per_input_element, ms_per_output_element],
+    "families": {family: [...]}, "rms_ms": {...}}``. A family with at least
+    ``min_family_points`` points gets its own coefficients when they cut its RMS error
+    by a quarter or more against the shared fit.
+
+    Raises
+    ------
+    ValueError
+        If ``points`` is empty.
+    """
+    if not points:
+        raise ValueError("fit_boundary needs at least one profiled point; got none")
+    A, y = _design(points)
+    shared = _lstsq_nonneg(A, y)
+    families: dict[str, list[float]] = {}
+    rms: dict[str, float] = {"shared": _rms(A, y, shared)}
+    by_family: dict[str, list[BoundaryPoint]] = {}
+    for p in points:
+        by_family.setdefault(p.family, []).append(p)
+    for fam, pts in sorted(by_family.items()):
+        Af, yf = _design(pts)
+        base = _rms(Af, yf, shared)
+        rms[f"{fam}:shared"] = base
+        if len(pts) < min_family_points:
+            continue
+        own = _lstsq_nonneg(Af, yf)
+        err = _rms(Af, yf, own)
+        rms[f"{fam}:own"] = err
+        if err <= (1.0 - _FAMILY_GAIN) * base:
+            families[fam] = [float(c) for c in own]
+    return {"shared": [float(c) for c in shared], "families": families, "rms_ms": rms}
+
+
+def boundary_cost_ms(fit: dict[str, Any], family: str, input_elements: int,
+                     output_elements: int) -> float:
+    """Fitted boundary cost (ms) of a single-kernel model of ``family``."""
+    fixed, a_in, a_out = fit.get("families", {}).get(family) or fit["shared"]
+    return float(fixed + a_in * input_elements + a_out * output_elements)
+
+
+def select_calibration_rows(dataset: Any, *, per_family: int = 10,
+                            seed: int = 0) -> list[tuple[str, dict[str, Any]]]:
+    """(kernel type, row) pairs to profile: per family, ``per_family`` rows spread
+    evenly over the range of input + output elements, cycling over the family's types
+    (deterministic for the data)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    by_family: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+    for t in dataset.kernel_types():
+        if t not in KERNEL_TYPES:
+            continue
+        kt = KERNEL_TYPES.get(t)
+        for row in dataset.rows(t):
+            lat = row.get("latency_ms")
+            if lat is None or not math.isfinite(lat) or lat <= 0:
+                continue
+            n_in, n_out = boundary_elements(kt, kt.config_from_dict(row["config"]))
+            by_family.setdefault(kt.family or t, []).append((n_in + n_out, t, row))
+    rng = np.random.default_rng(seed)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for fam, rows in sorted(by_family.items()):
+        rows.sort(key=lambda r: (r[0], r[1]))
+        k = min(per_family, len(rows))
+        # quantiles of size, with a small random jitter inside each slice so that
+        # repeated sizes do not always pick the same type
+        edges = np.linspace(0, len(rows), k + 1).astype(int)
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            if hi > lo:
+                _, t, row = rows[int(rng.integers(lo, hi))]
+                out.append((t, row))
+    return out
+
+
+def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
+                     per_family: int = 10, runs: int = 15, core: int | None = 1,
+                     seed: int = 0) -> dict[str, Any]:
+    """Profile single-kernel models of the dataset on this device and fit their
+    boundary cost (see the module docstring).
+
+    Returns the calibration record that :func:`write_boundary` stores: ``points``,
+    ``fit``, ``fingerprint_id``, ``backend_id``, ``runs`` and a timestamp.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    DatasetError
+        If no selected model could be profiled.
+    """
+    from nnmeter.backends import Profiler
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    with Profiler(backend_id, core=core) as prof:
+        device = prof.backend.device_info()
+        fid = device.fingerprint_id
+        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
+            raise FingerprintMismatchError(
+                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
+                f"this device is {fid!r}; calibrate on the device that measured the dataset")
+        points: list[BoundaryPoint] = []
+        for t, row in select_calibration_rows(ds, per_family=per_family, seed=seed):
+            kt = KERNEL_TYPES.get(t)
+            cfg = kt.config_from_dict(row["config"])
+            try:
+                nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+            except Exception as err:  # one kernel the runtime rejects must not stop the rest
+                logger.warning("could not profile %s %s: %s", t, row["config"], err)
+                continue
+            timed = [n for n in nodes if n.time_ms is not None]
+            edge = [n for n in timed if not n.covers and n.op_type in LAYOUT_OPS]
+            work = [n for n in timed if n not in edge]
+            n_in, n_out = boundary_elements(kt, cfg)
+            points.append(BoundaryPoint(
+                kernel_type=t, family=kt.family or t, input_elements=n_in,
+                output_elements=n_out, boundary_ms=float(sum(n.time_ms for n in edge)),
+                kernel_ms=float(sum(n.time_ms for n in work)),
+                boundary_nodes=tuple(n.op_type for n in edge),
+                boundary_node_ms=tuple(float(n.time_ms) for n in edge),
+                measured_ms=float(row["latency_ms"])))
+    if not points:
+        raise DatasetError(f"no single-kernel model of {ds.directory} could be profiled "
+                           f"on {backend_id}")
+    return {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "fit": fit_boundary(points),
+            "points": [asdict(p) for p in points]}
+
+
+def write_boundary(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write ``record`` (from :func:`measure_boundary`) to ``<dataset_dir>/boundary.json``."""
+    path = Path(dataset_dir) / BOUNDARY_FILE
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_boundary(dataset: Any) -> dict[str, Any] | None:
+    """The dataset's boundary calibration, or None when it has none.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the calibration was measured on another fingerprint than the dataset.
+    DatasetError
+        If the file is not valid JSON or has no fit.
+    """
+    path = Path(dataset.directory) / BOUNDARY_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise DatasetError(f"{path} is not valid JSON ({err}); re-run the calibration "
+                           f"(experiments/boundary_calibration.py) or delete it") from err
+    if "fit" not in record or "shared" not in record.get("fit", {}):
+        raise DatasetError(f"{path} has no 'fit.shared' coefficients; re-run the calibration")
+    if record.get("fingerprint_id") != dataset.fingerprint_id:
+        raise FingerprintMismatchError(
+            f"{path} was calibrated on fingerprint {record.get('fingerprint_id')!r} but the "
+            f"dataset was measured on {dataset.fingerprint_id!r}; re-run the calibration on "
+            f"the dataset's device or delete {path.name}")
+    return record
+
+
+def remove_boundary(dataset: Any, data: dict[str, Any], *,
+                    floor_share: float = FLOOR_SHARE) -> dict[str, Any] | None:
+    """Subtract the fitted boundary cost from every row's ``y`` (ms), in place.
+
+    ``data`` maps kernel type → :class:`~nnmeter.predictors.train.KernelData`. A row never
+    drops below ``floor_share`` of its time. Returns the fit (for the predictor's meta),
+    or None (nothing is changed) when the dataset has no ``boundary.json`` or its record
+    says ``"apply": false`` (a calibration kept for the record because removing it made
+    whole-model predictions worse).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If ``boundary.json`` was calibrated on another fingerprint than the dataset.
+    """
+    from nnmeter.kernels import KERNEL_TYPES
+
+    record = read_boundary(dataset)
+    if record is None or record.get("apply", True) is False:
+        return None
+    fit = record["fit"]
+    for t, d in data.items():
+        kt = KERNEL_TYPES.get(t)
+        family = kt.family or t
+        sub = np.array([boundary_cost_ms(fit, family, *boundary_elements(kt, cfg))
+                        for cfg in d.configs])
+        d.y = np.maximum(d.y - sub, floor_share * d.y)
+    return fit
