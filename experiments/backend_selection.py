@@ -4,6 +4,10 @@ match the measured fastest (or come within 5 % of it)?
 Usage: flock /tmp/nnmeter-measure.lock python experiments/backend_selection.py \
            [--backends ort-cpu,litert-cpu,...] [--families ...] [--json out.json]
 Measures every base model on every backend (one Profiler per backend, in turn).
+
+``--reuse-measured FILE`` takes the measured latencies from an earlier run's JSON
+instead (same machine fingerprint: each backend's current fingerprint must match the
+one stored there), so that a retrained predictor can be re-scored without re-measuring.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ def main() -> None:
     ap.add_argument("--backends", default=None)
     ap.add_argument("--families", default=None)
     ap.add_argument("--json", default="experiments/results/backend_selection.json")
+    ap.add_argument("--reuse-measured", default=None, metavar="FILE",
+                    help="measured latencies from an earlier run's JSON (no measuring)")
     args = ap.parse_args()
     from nnmeter import zoo
     from nnmeter.backends import Profiler
@@ -31,16 +37,34 @@ def main() -> None:
     predicted = {b: {f: load_predictor(b).predict(g, check_device=False).total_ms
                      for f, g in graphs.items()} for b in backends}
     measured: dict[str, dict[str, float]] = {}
-    for b in backends:
-        with Profiler(b) as prof:
-            measured[b] = {}
-            for f, g in graphs.items():
-                m = prof.measure(g, on_error="record")
-                measured[b][f] = m.latency_ms if m.ok else float("nan")
+    fingerprints: dict[str, str | None] = {}
+    if args.reuse_measured:
+        from nnmeter.backends import get_backend
+
+        old = json.loads(Path(args.reuse_measured).read_text())
+        stored = old.get("fingerprints", {})
+        for b in backends:
+            now = get_backend(b).device_info().fingerprint_id
+            if stored.get(b) not in (None, now):
+                raise SystemExit(f"{args.reuse_measured}: {b} was measured on fingerprint "
+                                 f"{stored[b]}, this machine is {now}; measure again")
+            fingerprints[b] = now
+            measured[b] = {r["family"]: r["measured"].get(b, float("nan"))
+                           for r in old["models"] if r["family"] in graphs}
+    else:
+        for b in backends:
+            with Profiler(b) as prof:
+                measured[b] = {}
+                fingerprints[b] = None
+                for f, g in graphs.items():
+                    m = prof.measure(g, on_error="record")
+                    measured[b][f] = m.latency_ms if m.ok else float("nan")
+                    if m.device is not None:
+                        fingerprints[b] = m.device.fingerprint_id
     hits = within5 = 0
     rows = []
     for f in fams:
-        ok = [b for b in backends if measured[b][f] == measured[b][f]]
+        ok = [b for b in backends if measured[b].get(f, float("nan")) == measured[b].get(f)]
         if len(ok) < 2:
             continue
         pb = min(ok, key=lambda b: predicted[b][f])
@@ -60,7 +84,9 @@ def main() -> None:
     print(f"\n{hits}/{n} predicted fastest = measured fastest; {within5}/{n} within 5 %")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"backends": backends, "models": rows,
-                                           "hits": hits, "within5": within5, "n": n},
+                                           "hits": hits, "within5": within5, "n": n,
+                                           "fingerprints": fingerprints,
+                                           "measured_from": args.reuse_measured or "this run"},
                                           indent=1, default=str))
 
 

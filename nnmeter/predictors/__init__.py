@@ -40,7 +40,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 
 
 def cache_dir() -> Path:
@@ -104,9 +104,9 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
         )
     rules = load_rules(backend_id)
     rp = rules_path(backend_id)
-    choice = ds.directory / "predictor.json"
-    key = _cache_key(rp if rp.exists() else None, files + ([choice] if choice.exists() else []),
-                     settings)
+    extra = [f for f in (ds.directory / "predictor.json", ds.directory / "boundary.json")
+             if f.exists()]
+    key = _cache_key(rp if rp.exists() else None, files + extra, settings)
     where = cache_dir() / (dataset or backend_id) / key
     if use_cache and (where / "manifest.json").exists():
         try:

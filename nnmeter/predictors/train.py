@@ -146,6 +146,11 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     for d in data.values():
         d.y = d.y - overhead_ms
     reorder = _remove_reorders(backend_id, data)
+    # layout/precision conversions at a single-kernel model's edges, measured on the
+    # device by the backend's own profiler (<dataset>/boundary.json, when present)
+    from nnmeter.predictors.boundary import remove_boundary
+
+    boundary = remove_boundary(ds, data)
 
     chosen = _read_choice(ds)
     # types whose family regressor beat their own on held-out rows (choose_regressors)
@@ -186,7 +191,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         backend_id, rules, regressors, device=meta.get("device"),
         overhead_ms=overhead_ms,
         meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
-              "reorder_cost": reorder,
+              "reorder_cost": reorder, "boundary": boundary,
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
 
