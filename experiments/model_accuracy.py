@@ -63,14 +63,14 @@ def measure(args: argparse.Namespace) -> None:
     with Profiler(args.backend) as prof, open(path, "a") as fh:
         for fam in fams:
             variants = zoo.sample_variants(fam, args.n, seed=SEED)
-            graphs = {}
-            # family by family: pass 0 over its variants, then pass 1 (minutes apart)
+            # family by family: pass 0 over its variants, then pass 1 (minutes apart).
+            # Graphs are rebuilt (deterministically) rather than kept: twenty large
+            # ResNets with their weights, plus the .tflite converter, exhaust 24 GiB.
             for p in range(args.passes):
                 for v in variants:
                     if (v.name, p) in done:
                         continue
-                    g = graphs.get(v.name) or v.build()
-                    graphs[v.name] = g
+                    g = v.build()
                     try:
                         m = prof.measure(g, on_error="record")
                     except NNMeterError as err:  # an export the backend cannot take
