@@ -10,8 +10,10 @@ is estimated by the first of:
 3. ``fallback``: a log-log regression on (FLOPs, memory bytes) trained on every kernel
    measured on the backend.
 
-Kernels estimated by 2 or 3 are listed in ``LatencyReport.uncovered`` with how they
-were estimated; no kernel is ever counted as a silent 0 ms.
+A type with enough rows of its own still goes to 2 when its family regressor scored
+better on the type's held-out rows (:func:`~nnmeter.predictors.train.choose_regressors`).
+Kernels estimated by 2 or 3 *for lack of data* are listed in ``LatencyReport.uncovered``
+with how they were estimated; no kernel is ever counted as a silent 0 ms.
 
 Examples
 --------
@@ -213,6 +215,15 @@ class LatencyPredictor:
         return sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
 
     # -- internals ----------------------------------------------------------------
+    def _family_by_choice(self, ktype_name: str, how: str) -> bool:
+        """True when a family regressor estimated a type that has data of its own: the
+        family won on the type's held-out rows (``choose_regressors``), so the kernel
+        is covered, not a gap in the data."""
+        if not how.startswith("family:"):
+            return False
+        least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
+        return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
+
     def _estimator_key(self, ktype_name: str, family: str) -> str:
         if f"type:{ktype_name}" in self.regressors:
             return f"type:{ktype_name}"
@@ -351,7 +362,7 @@ class LatencyPredictor:
                 )
             rows.append(KernelRow(k.type, tuple(k.nodes), tuple(float(v) for v in feats),
                                   ms, how))
-            if how != "regressor":
+            if how != "regressor" and not self._family_by_choice(k.type, how):
                 uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
                                   "predicted_ms": ms})
         mismatch, diffs = self.check_device() if check_device else (False, ())
