@@ -61,6 +61,42 @@ def truth_of(case, executed) -> bool:
     return any(len(s) >= 2 for s in groups)
 
 
+#: ops a runtime runs in place or as a view inside a model (concat writes its inputs'
+#: producers straight into its buffer, reshape/flatten/split are views), but which a
+#: single-op test model must copy from its input to its output
+MEMORY_OPS = frozenset({"reshape", "flatten", "concat", "split", "identity"})
+
+#: ops whose single-op test models pay layout/precision conversions at their edges
+#: (NCHW <-> blocked, fp32 <-> bf16) that a pair of them shares
+LAYOUT_OPS = frozenset({"conv", "dwconv", "fc"})
+
+
+def explain(row: dict) -> str:
+    """Why the detector and the runtime disagree, first match wins:
+
+    - ``noise``: the decision was within the measurement noise (re-measured, still close);
+    - ``missed, saves no time``: the runtime fused the ops into one node, but the fused
+      node takes about as long as the two ops did (the rule needs a saving);
+    - ``in-place op``: the runtime kept two nodes, but one is a memory op (concat,
+      reshape, ...) that costs nothing after a producer inside a model, so the pair
+      *does* save time - a saving the formula cannot tell from a fusion;
+    - ``layout boundary``: the runtime kept two nodes, and the saving is the layout or
+      precision conversion at the edges of the single-op models, which the pair model
+      shares - again a saving without a fusion;
+    - ``other``.
+    """
+    ops = set(row["name"].replace("{", "").replace("}", "").replace(",", "->").split("->"))
+    if row.get("close"):
+        return "noise"
+    if row["truth"] and not row["decision"]:
+        return "missed, saves no time"
+    if ops & MEMORY_OPS:
+        return "in-place op"
+    if ops & LAYOUT_OPS:
+        return "layout boundary"
+    return "other"
+
+
 def run_backend(backend: str) -> dict:
     rules = load_rules(backend)
     shapes = TestShapes(**{k: v for k, v in rules.shapes.items()
@@ -102,6 +138,13 @@ def run_backend(backend: str) -> dict:
         "truth_fused": sum(r["truth"] for r in ok), "decided_fused": sum(r["decision"] for r in ok),
         "disagreements_close": sum(1 for r in ok if not r["agree"] and r["close"]),
     }
+    for r in ok:
+        if not r["agree"]:
+            r["why"] = explain(r)
+    summary["why"] = {}
+    for r in ok:
+        if not r["agree"]:
+            summary["why"][r["why"]] = summary["why"].get(r["why"], 0) + 1
     return {"summary": summary, "rows": rows}
 
 
@@ -122,11 +165,14 @@ def main() -> int:
               f"({100 * s['usable_agree'] / max(1, s['usable']):.1f} %); "
               f"runtime fused {s['truth_fused']}, detector fused {s['decided_fused']}, "
               f"disagreements within noise {s['disagreements_close']}, errors {s['errors']}")
+        print("   disagreements by cause: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(s["why"].items(), key=lambda kv: -kv[1])))
         for r in res["rows"]:
             if "error" in r:
                 print(f"   ERROR {r['name']}: {r['error']}")
             elif not r["agree"]:
-                print(f"   {r['name']:24s} detector={'fused' if r['decision'] else 'split'} "
+                print(f"   {r['name']:24s} [{r['why']}] "
+                      f"detector={'fused' if r['decision'] else 'split'} "
                       f"runtime={'fused' if r['truth'] else 'split'} close={r['close']} "
                       f"saving={r['saving_ms']} thr={r['threshold_ms']} raw={r['raw']} "
                       f"exec={r['executed'][:4]}")

@@ -88,6 +88,8 @@ class TailKernelType(KernelType):
 
     # -- to implement ----------------------------------------------------------
     def head_config(self, head: Node) -> Any:
+        """Config of the kernel headed by ``head``; reads only the head's op,
+        attributes and shapes (see :meth:`config_of_head`)."""
         raise NotImplementedError
 
     def head_features(self, config: Any) -> list[float]:
@@ -104,10 +106,28 @@ class TailKernelType(KernelType):
         family = self.family
         for node in topo_nodes(graph, names):
             if node.op == family:  # the first head in topological order
-                return self.head_config(node)
+                return self.config_of_head(node)
         raise ValueError(
             f"kernel type {self.name!r} needs a {self.family!r} node among {list(names)}"
         )
+
+    def config_of_head(self, head: Node) -> Any:
+        """:meth:`head_config` of ``head``, memoised by what it may read: the head's op,
+        attributes and shapes (never its name or inputs). Models repeat layers, so most
+        heads of a batch are equal to one seen before; equal heads give equal configs."""
+        key = (head.op, head.attrs, head.input_shapes, head.output_shapes)
+        cache = self.__dict__.get("_head_cache")
+        if cache is None:
+            cache = self.__dict__["_head_cache"] = {}
+        try:
+            hit = cache.get(key)
+        except TypeError:  # attributes that do not hash
+            return self.head_config(head)
+        if hit is None:
+            if len(cache) > 4096:
+                cache.clear()
+            hit = cache[key] = self.head_config(head)
+        return hit
 
     def _features(self, config: Any) -> list[float]:
         c = self.cost(config)

@@ -33,9 +33,12 @@ topological order when it is one, which is what the sort would return), memoises
 rules question per rules object (a FusionRules keeps its memo across calls), checks
 cycles by a search over the node graph with jumps inside kernels (only at joins, only
 when a producer outside the kernel is computed), and orders the kernels by their first
-node when that order is topological, else with its own Kahn pass. Results are identical
-to the first, networkx-based implementation (a test compares them on every zoo base
-model).
+node when that order is topological, else with its own Kahn pass. Models repeat layers,
+so a kernel config read off one node (the head of a conv/dwconv/fc/bn/add kernel, the
+node of a single-node activation or pooling kernel) is memoised per rules object, keyed
+by that node's op, attributes and shapes; equal layers share one config object.
+Results are identical to the first, networkx-based implementation (a test compares them
+on every zoo base model).
 
 Examples
 --------
@@ -60,12 +63,19 @@ import networkx as nx
 from nnmeter.errors import PartitionError
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.kernels import Kernel, kernel_type_of
+from nnmeter.kernels._tail import TailKernelType
+from nnmeter.kernels.activation import ActivationKernel
 from nnmeter.kernels.base import KERNEL_TYPES
+from nnmeter.kernels.pooling import PoolKernel
 from nnmeter.partition.blocks import GraphView, match_blocks
 
 __all__ = ["partition", "match_blocks", "kernel_graph", "GraphView"]
 
 logger = logging.getLogger(__name__)
+
+# kernel types whose config_from_nodes reads a single-node kernel's op, attributes and
+# shapes only (exact types: a subclass may read more)
+_NODE_LOCAL_TYPES = frozenset((ActivationKernel, PoolKernel))
 
 _BINARY = frozenset(("add", "mul", "concat", "sub", "div", "matmul"))
 
@@ -84,6 +94,11 @@ class _Rules:
         self._ktypes: dict[str, Any] = {}
         self._heads: dict[tuple[str, ...], list[str]] = {}
         self._accepts: dict[tuple[tuple[str, ...], str, bool], bool] = {}
+        self._kinds: dict[str, tuple[Any, str | None, bool]] = {}
+        self._shared: dict[tuple[str, ...], bool] = {}
+        # (type name, op, attrs, input shapes, output shapes) -> config of a
+        # single-node kernel of a node-local type
+        self._configs: dict[tuple[Any, ...], Any] = {}
 
     def fuses(self, a: str, b: str) -> bool:
         key = (a, b)
@@ -115,6 +130,26 @@ class _Rules:
         hit = self._ktypes.get(name)
         if hit is None:
             hit = self._ktypes[name] = KERNEL_TYPES.get(name)
+        return hit
+
+    def kind(self, name: str) -> tuple[Any, str | None, bool]:
+        """(KernelType, head op, node-local) of a kernel type name.
+
+        The head op is set for a type whose config is read off its head node alone (a
+        TailKernelType that keeps the shared ``config_from_nodes``), else None.
+        Node-local: the config of a single-node kernel of the type is a function of that
+        node's op, attributes and shapes (the activation and pooling types, whose
+        ``config_from_nodes`` read nothing else; a test checks it on every zoo model).
+        A tail type's config is its ``head_config`` of the head node, which reads no
+        more either."""
+        hit = self._kinds.get(name)
+        if hit is None:
+            ktype = self.ktype(name)
+            head = None
+            if (isinstance(ktype, TailKernelType)
+                    and type(ktype).config_from_nodes is TailKernelType.config_from_nodes):
+                head = ktype.family
+            hit = self._kinds[name] = (ktype, head, type(ktype) in _NODE_LOCAL_TYPES)
         return hit
 
     def rule_ops(self, ops: tuple[str, ...], tail_op: str) -> list[str]:
@@ -260,6 +295,7 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
     kernel_of, op_of, preds = state.kernel_of, view.ops, view.preds
     all_ops, all_members, types = state.ops, state.members, state.types
     accepted = rules._accepts
+    shared = rules._shared  # kernel ops -> whether the output may feed several readers
     for name in view.order:
         if name in kernel_of or op_of[name] == "input":
             continue
@@ -278,20 +314,25 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
             if not consumers:
                 break
             ops = all_ops[kid]
-            if ((len(consumers) > 1 or tail in output_nodes)
-                    and not rules.multi_consumer_fuses(_rule_tail_op(ops))):
-                break
+            if len(consumers) > 1 or tail in output_nodes:
+                shared_ok = shared.get(ops)
+                if shared_ok is None:
+                    shared_ok = shared[ops] = rules.multi_consumer_fuses(_rule_tail_op(ops))
+                if not shared_ok:
+                    break
             for c in consumers:
                 if c in kernel_of:
                     continue
                 producers = preds[c]
-                if len(producers) == 1:  # reads the tail only
-                    outside: list[str] = []
-                    computed = False
-                else:
+                outside: list[str] = []
+                computed = False
+                if len(producers) > 1:  # else it reads the tail only
                     # a producer is in this kernel exactly when it is assigned to it
-                    outside = [p for p in producers if kernel_of.get(p) != kid]
-                    computed = any(op_of[p] != "input" for p in outside)
+                    for p in producers:
+                        if kernel_of.get(p) != kid:
+                            outside.append(p)
+                            if not computed and op_of[p] != "input":
+                                computed = True
                 cop = op_of[c]
                 if cop != "identity":
                     ok = accepted.get((ops, cop, computed))  # rules.accepts, memo first
@@ -354,13 +395,19 @@ def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str
     first = [pos[names[0]] for names in members]  # members are sorted by position
     # When every edge between kernels runs from an earlier first node to a later one,
     # the order of first nodes is topological, and the Kahn pass returns it unchanged
-    # (the earliest remaining kernel is always ready).
+    # (the earliest remaining kernel is always ready). An edge u -> s into the first
+    # node of s's kernel always runs forward (u's kernel starts at or before u, which
+    # precedes s), so only the producers of later members need a look.
+    preds = view.preds
     forward = True
     for kid, names in enumerate(members):
+        if len(names) == 1:
+            continue
         f = first[kid]
-        for name in names:
-            for s in succs[name]:
-                if first[kernel_of[s]] < f:  # first nodes are distinct: t != kid
+        for name in names[1:]:
+            for p in preds[name]:
+                t = kernel_of.get(p)  # graph inputs are in no kernel
+                if t is not None and first[t] > f:  # so t != kid
                     forward = False
                     break
             if not forward:
@@ -369,27 +416,36 @@ def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str
             break
     if forward:
         return sorted(range(n), key=first.__getitem__)
-    succ: list[set[int]] = [set() for _ in range(n)]
+    # Kahn's pass over kernels renumbered by first node (r = rank), so that the heap
+    # holds plain ints; an edge repeated between two kernels is counted as often in
+    # the in-degree as it is listed, which leaves the order unchanged
+    by_first = sorted(range(n), key=first.__getitem__)
+    rank_of = [0] * n
+    for r, k in enumerate(by_first):
+        rank_of[k] = r
+    succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
     for kid, names in enumerate(members):
+        out = succ[rank_of[kid]]
         for name in names:
             for s in succs[name]:
                 t = kernel_of[s]
-                if t != kid and t not in succ[kid]:
-                    succ[kid].add(t)
-                    indeg[t] += 1
-    heap = [(first[k], k) for k in range(n) if indeg[k] == 0]
-    heapq.heapify(heap)
+                if t != kid:
+                    rt = rank_of[t]
+                    out.append(rt)
+                    indeg[rt] += 1
+    heap = [r for r in range(n) if indeg[r] == 0]  # ascending: already a heap
     order: list[int] = []
+    pop, push = heapq.heappop, heapq.heappush
     while heap:
-        _, k = heapq.heappop(heap)
-        order.append(k)
-        for t in succ[k]:
+        r = pop(heap)
+        order.append(by_first[r])
+        for t in succ[r]:
             indeg[t] -= 1
             if indeg[t] == 0:
-                heapq.heappush(heap, (first[t], t))
+                push(heap, t)
     if len(order) != n:
-        stuck = [members[k][0] for k in range(n) if indeg[k] > 0][:5]
+        stuck = [members[k][0] for k in range(n) if indeg[rank_of[k]] > 0][:5]
         raise PartitionError(
             f"kernels of {graph_name!r} form a cycle through kernels starting at {stuck}; "
             f"this is a partitioner bug, please report it with the model"
@@ -397,16 +453,55 @@ def _kernel_order(view: GraphView, members: list[list[str]], kernel_of: dict[str
     return order
 
 
-def _make_kernel(names: list[str], ops: tuple[str, ...], type_name: str | None,
-                 graph: ModelGraph, rules: _Rules) -> Kernel:
-    tname = type_name or rules.type_of(ops)
-    ktype = rules._ktypes.get(tname) or rules.ktype(tname)
-    try:
-        config = ktype.config_from_nodes(graph, names)
-    except (StopIteration, ValueError, IndexError, AttributeError):
-        tname = "other"
-        config = rules.ktype("other").config_from_nodes(graph, names)
-    return Kernel._fast(tname, tuple(names), ops, config)
+def _make_kernels(graph: ModelGraph, view: GraphView, state: _State, order: list[int],
+                  rules: _Rules) -> list[Kernel]:
+    """The Kernel records of ``state``'s kernels, in ``order``. A kernel whose config
+    cannot be read becomes an ``other`` kernel.
+
+    Models repeat layers, so the config of a kernel read off one node (the head of a
+    tail type, the single node of a node-local type) is memoised per rules object by
+    that node's op, attributes and shapes, all that its config may depend on."""
+    members, all_ops, types, nodes = state.members, state.ops, state.types, view.nodes
+    kinds, known_types, configs = rules._kinds, rules._types, rules._configs
+    new = object.__new__
+    kernels = []
+    for kid in order:
+        names, ops = members[kid], all_ops[kid]
+        tname = types[kid] or known_types.get(ops) or rules.type_of(ops)
+        ktype, head, local = kinds.get(tname) or rules.kind(tname)
+        try:
+            if head is not None and head in ops:
+                # names are in topological order: the first head op in ops is the head
+                # TailKernelType.config_from_nodes would pick
+                node = nodes[names[ops.index(head)]]
+            elif local and len(names) == 1:
+                node = nodes[names[0]]
+            else:
+                node = None
+            if node is None:
+                config = ktype.config_from_nodes(graph, names)
+            else:
+                key: tuple[Any, ...] | None = (tname, node.op, node.attrs,
+                                               node.input_shapes, node.output_shapes)
+                try:
+                    config = configs.get(key)
+                except TypeError:  # attributes that do not hash: no memo
+                    key = config = None
+                if config is None:
+                    config = (ktype.head_config(node) if head is not None
+                              else ktype.config_from_nodes(graph, names))
+                    if key is not None:
+                        if len(configs) > 16384:
+                            configs.clear()
+                        configs[key] = config
+        except (StopIteration, ValueError, IndexError, AttributeError):
+            tname = "other"
+            config = rules.ktype("other").config_from_nodes(graph, names)
+        # Kernel._fast(tname, tuple(names), ops, config), written out
+        kernel = new(Kernel)
+        kernel.__dict__.update(type=tname, nodes=tuple(names), ops=ops, config=config)
+        kernels.append(kernel)
+    return kernels
 
 
 def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
@@ -451,8 +546,7 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
                 members[kid] = ordered
                 ops[kid] = tuple([op_of[n] for n in ordered])
     order = _kernel_order(view, members, state.kernel_of, graph.name)
-    types = state.types
-    kernels = [_make_kernel(members[i], ops[i], types[i], graph, memo) for i in order]
+    kernels = _make_kernels(graph, view, state, order, memo)
     logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(view.nodes),
                  len(kernels))
     return kernels

@@ -84,11 +84,18 @@ def _exit_node(succ_of: dict[str, Any], names: Sequence[str]) -> str:
     return exits[-1] if exits else names[-1]
 
 
-def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
+def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
+                   memo: dict[Any, tuple[Any, int, int]] | None = None) -> list[int]:
     """Element counts of the layout reorders ``graph`` executes as a whole, given its
-    kernels in topological order (one entry per reorder)."""
+    kernels in topological order (one entry per reorder).
+
+    ``memo`` (optional, kept by the caller across models) maps (kernel type name,
+    id of the config, block) to (config, :func:`reorder_elements`); models repeat
+    kernel configs, and the partitioner hands out equal configs as one object."""
     if not block:
         return []
+    if memo is None:
+        memo = {}
     node2k = {n: i for i, k in enumerate(kernels) for n in k.nodes}
     blocked = [False] * len(kernels)
     reordered: set[int] = set()
@@ -98,14 +105,11 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
     succ_of, pred_of, node_data = graph.nx._succ, graph.nx._pred, graph.nx._node
     # kernel type name -> (KernelType, may run blocked, layout-transparent)
     info: dict[str, tuple[Any, bool, bool]] = {}
+    in_kernel = node2k.get
     for i, k in enumerate(kernels):
-        names = k.nodes
-        if len(names) == 1:  # a node is never its own producer
-            producers = {node2k[p] for p in pred_of[names[0]] if p in node2k}
-        else:
-            inside = set(names)
-            producers = {node2k[p] for n in names for p in pred_of[n]
-                         if p not in inside and p in node2k}
+        # kernels that feed this one (graph inputs are in none); a kernel may appear
+        # more than once, which changes nothing below
+        producers = [t for n in k.nodes for p in pred_of[n] if (t := in_kernel(p, i)) != i]
         about = info.get(k.type)
         if about is None:
             kt = k.kernel_type
@@ -113,7 +117,16 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int) -> list[int]:
                                     k.type in TRANSPARENT_TYPES)
         kt, may_block, transparent = about
         if may_block:
-            n_in, n_out = reorder_elements(kt, k.config, block)
+            # by the config's identity (configs are mostly shared objects; the entry
+            # holds the config, so its id is not reused while the entry lives)
+            config = k.config
+            hit = memo.get((k.type, id(config), block))
+            if hit is None or hit[0] is not config:
+                if len(memo) > 65536:
+                    memo.clear()
+                hit = memo[(k.type, id(config), block)] = (
+                    config, *reorder_elements(kt, config, block))
+            _, n_in, n_out = hit
             if n_out:
                 blocked[i] = True
                 if n_in and not (producers and all(blocked[p] for p in producers)):

@@ -287,27 +287,46 @@ class LatencyPredictor:
         key_of: dict[str, str] = {}
         # graphs of equal structure share one kernel list (see kernels()): read it once
         slots_of: dict[int, list[tuple[str, int, np.ndarray]]] = {}
+        # estimator key -> its job, per kernel type
+        job_of: dict[str, tuple[str, list[tuple[np.ndarray, ...]], dict[int, int]]] = {}
+        cached = self._feature_cache
+        slot_of: dict[tuple[str, int], tuple[str, int, np.ndarray]] = {}
         for kernels in kernels_per_graph:
             row_slots = slots_of.get(id(kernels))
             if row_slots is not None:
                 slots.append(row_slots)
                 continue
             row_slots = slots_of[id(kernels)] = []
+            add_slot = row_slots.append
             for k in kernels:
-                hit = self._features(k)
-                key = key_of.get(k.type)
-                if key is None:
-                    family = getattr(k.kernel_type, "family", "")
-                    key = key_of[k.type] = self._estimator_key(k.type, family)
-                job = jobs.get(key)
-                if job is None:
-                    job = jobs[key] = ([], {})
-                rows, index = job
+                ktype, config = k.type, k.config
+                # configs are mostly shared objects (the partitioner memoises them): by
+                # identity first, which skips hashing the config; the kernels hold the
+                # configs for the whole batch, so an id is not reused meanwhile
+                slot = slot_of.get((ktype, id(config)))
+                if slot is not None:
+                    add_slot(slot)
+                    continue
+                hit = cached.get((ktype, config))  # self._features(k), cache first
+                if hit is None:
+                    hit = self._features(k)
+                about = job_of.get(ktype)
+                if about is None:
+                    key = key_of.get(ktype)
+                    if key is None:
+                        family = getattr(k.kernel_type, "family", "")
+                        key = key_of[ktype] = self._estimator_key(ktype, family)
+                    job = jobs.get(key)
+                    if job is None:
+                        job = jobs[key] = ([], {})
+                    about = job_of[ktype] = (key, *job)
+                key, rows, index = about
                 i = index.get(id(hit))
                 if i is None:
                     i = index[id(hit)] = len(rows)
                     rows.append(hit)
-                row_slots.append((key, i, hit[2]))
+                slot = slot_of[(ktype, id(config))] = (key, i, hit[2])
+                add_slot(slot)
             slots.append(row_slots)
         preds: dict[str, list[float]] = {}
         for key, (rows, _) in jobs.items():
@@ -334,8 +353,9 @@ class LatencyPredictor:
         if hit is not None and hit[0] is kernels:
             return hit[1]
         fixed, per_elem = self._reorder_cost
+        memo = self.__dict__.setdefault("_reorder_memo", {})
         value = float(sum(fixed + per_elem * n
-                          for n in model_reorders(graph, kernels, self._layout_block)))
+                          for n in model_reorders(graph, kernels, self._layout_block, memo)))
         if len(cache) > 4096:
             cache.clear()
         cache[id(kernels)] = (kernels, value)
