@@ -70,6 +70,9 @@ MEMORY_OPS = frozenset({"reshape", "flatten", "concat", "split", "identity"})
 #: (NCHW <-> blocked, fp32 <-> bf16) that a pair of them shares
 LAYOUT_OPS = frozenset({"conv", "dwconv", "fc"})
 
+#: ops whose output is much smaller than their input
+SHRINKING_OPS = frozenset({"gap", "maxpool", "avgpool", "reducemean"})
+
 
 def explain(row: dict) -> str:
     """Why the detector and the runtime disagree, first match wins:
@@ -83,6 +86,9 @@ def explain(row: dict) -> str:
     - ``layout boundary``: the runtime kept two nodes, and the saving is the layout or
       precision conversion at the edges of the single-op models, which the pair model
       shares - again a saving without a fusion;
+    - ``output hand-off``: the runtime kept two nodes, and op2 shrinks its input (global
+      or strided pooling): op1's single-op model hands its whole output back to the
+      caller, while in the pair it stays inside the runtime;
     - ``other``.
     """
     ops = set(row["name"].replace("{", "").replace("}", "").replace(",", "->").split("->"))
@@ -94,6 +100,8 @@ def explain(row: dict) -> str:
         return "in-place op"
     if ops & LAYOUT_OPS:
         return "layout boundary"
+    if row["name"].split("->")[-1] in SHRINKING_OPS:
+        return "output hand-off"
     return "other"
 
 
@@ -152,10 +160,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", action="append", default=None)
     ap.add_argument("--json", metavar="FILE", help="also write all rows to FILE")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="print an earlier run's rows again (no profiling), re-explained")
     args = ap.parse_args()
     results = {}
-    for backend in args.backend or ["ort-cpu", "openvino-cpu", "mnn-cpu"]:
-        res = run_backend(backend)
+    saved = json.loads(Path(args.from_json).read_text()) if args.from_json else {}
+    for backend in args.backend or list(saved) or ["ort-cpu", "openvino-cpu", "mnn-cpu"]:
+        if saved:
+            res = saved[backend]
+            res["summary"]["why"] = {}
+            for r in res["rows"]:
+                if "error" not in r and not r["agree"]:
+                    r["why"] = explain(r)
+                    res["summary"]["why"][r["why"]] = res["summary"]["why"].get(r["why"], 0) + 1
+        else:
+            res = run_backend(backend)
         results[backend] = res
         s = res["summary"]
         print(f"== {backend}: {s['agree']}/{s['patterns']} agree ({100 * s['agreement']:.1f} %); "
