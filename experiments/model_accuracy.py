@@ -60,6 +60,7 @@ def measure(args: argparse.Namespace) -> None:
     done = {(r["variant"], r["pass"]) for r in _rows(args.backend)}
     path = _path(args.backend)
     path.parent.mkdir(parents=True, exist_ok=True)
+    n_new = 0
     with Profiler(args.backend) as prof, open(path, "a") as fh:
         for fam in fams:
             variants = zoo.sample_variants(fam, args.n, seed=SEED)
@@ -70,6 +71,8 @@ def measure(args: argparse.Namespace) -> None:
                 for v in variants:
                     if (v.name, p) in done:
                         continue
+                    if args.limit is not None and n_new >= args.limit:
+                        return
                     g = v.build()
                     params = g.cost().params
                     if args.max_params and params > args.max_params:
@@ -98,6 +101,7 @@ def measure(args: argparse.Namespace) -> None:
                     fh.write(json.dumps(row) + "\n")
                     fh.flush()
                     print(f"pass {p} {v.name:40s} {row['latency_ms']}", flush=True)
+                    n_new += 1
 
 
 def report(args: argparse.Namespace) -> None:
@@ -172,6 +176,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--families", default=None)
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None,
+                    help="stop after this many new measurements (run again to resume): the "
+                         ".tflite converter does not give back the memory of large models")
     ap.add_argument("--max-params", type=float, default=None,
                     help="skip (and record) variants with more parameters: the .tflite "
                          "converter needed over 24 GiB for a 466 M-parameter ResNet")
