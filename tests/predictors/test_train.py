@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 
-from nnmeter.backends.base import DeviceInfo, Measurement
 from nnmeter.builder import build_predictor
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.ir import GraphBuilder
@@ -17,20 +16,6 @@ from nnmeter.predictors.train import choose_regressors, train_predictor
 RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
 
 
-class _Shared:
-    """Every conv-family kernel costs the same function of its work, so the family's
-    pooled rows predict a thinly sampled member better than its own few rows."""
-
-    device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="fake", runtime_version="1",
-                        settings={"threads": 1})
-
-    def measure(self, graph, on_error="record", **protocol):
-        c = graph.cost()
-        ms = 0.01 + 2e-8 * c.flops + 1e-7 * c.memory_bytes
-        return Measurement(latency_ms=ms, median_ms=ms, min_ms=ms, std_ms=0.0, spread=0.0,
-                           rounds=1, runs=1, device=self.device)
-
-
 def _convs(n):
     return [{"h": h, "w": h, "cin": c, "cout": c + 8 * (i % 3), "kernel": 3, "stride": 1,
              "groups": 1, "pads": None}
@@ -38,13 +23,15 @@ def _convs(n):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
+def data_dir(tmp_path_factory, linear_cost_profiler):
+    # every conv-family kernel costs the same function of its work, so the family's
+    # pooled rows can predict a thinly sampled member better than its own few rows
     root = tmp_path_factory.mktemp("data")
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=_Shared(), rules=RULES,
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
                     prior_configs={"conv-bn-relu": _convs(40), "conv-bn": _convs(40)},
                     kernels=["conv-bn-relu"], progress=False, train=False,
                     max_samples_per_type=150, rounds=0, initial_fraction=1.0)
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=_Shared(), rules=RULES,
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
                     prior_configs={"conv-bn-relu": _convs(40), "conv-bn": _convs(40)},
                     kernels=["conv-bn"], progress=False, train=False,
                     max_samples_per_type=35, rounds=0, initial_fraction=1.0)
