@@ -26,14 +26,15 @@ import numpy as np
 SEED = 1000
 
 
-def _path(backend: str) -> Path:
+def _path(backend: str, seed: int = SEED) -> Path:
     from nnmeter.predictors.dataset import data_root
 
-    return data_root() / "datasets" / "models" / f"{backend}.jsonl"
+    name = backend if seed == SEED else f"{backend}@seed{seed}"
+    return data_root() / "datasets" / "models" / f"{name}.jsonl"
 
 
-def _rows(backend: str) -> list[dict]:
-    p = _path(backend)
+def _rows(backend: str, seed: int = SEED) -> list[dict]:
+    p = _path(backend, seed)
     if not p.exists():
         return []
     out = []
@@ -57,13 +58,13 @@ def measure(args: argparse.Namespace) -> None:
     fams = args.families.split(",") if args.families else \
         [f for f in cheap_first if f in zoo.FAMILY_NAMES] + \
         [f for f in zoo.FAMILY_NAMES if f not in cheap_first]
-    done = {(r["variant"], r["pass"]) for r in _rows(args.backend)}
-    path = _path(args.backend)
+    done = {(r["variant"], r["pass"]) for r in _rows(args.backend, args.seed)}
+    path = _path(args.backend, args.seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_new = 0
     with Profiler(args.backend) as prof, open(path, "a") as fh:
         for fam in fams:
-            variants = zoo.sample_variants(fam, args.n, seed=SEED)
+            variants = zoo.sample_variants(fam, args.n, seed=args.seed)
             # family by family: pass 0 over its variants, then pass 1 (minutes apart).
             # Graphs are rebuilt (deterministically) rather than kept: twenty large
             # ResNets with their weights, plus the .tflite converter, exhaust 24 GiB.
@@ -176,6 +177,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--families", default=None)
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help=f"variant seed; other than {SEED} (the test set) writes "
+                         f"datasets/models/<backend>@seed<N>.jsonl, e.g. a calibration set")
     ap.add_argument("--limit", type=int, default=None,
                     help="stop after this many new measurements (run again to resume): the "
                          ".tflite converter does not give back the memory of large models")
