@@ -43,7 +43,12 @@ def fit(X, y, lam=1.0):
 for name, cols in sets.items():
     if not cols:
         pt = np.array([p for (p, _), t, f in T]); tt = np.array([t for _, t, _ in T])
-        m = evaluate(pt, tt); print(f"{name:16s} test acc10 {m.acc10:.3f} acc5 {m.acc5:.3f} mape {m.mape_percent:.2f}"); continue
+        m = evaluate(pt, tt)
+        pc = np.array([p for (p, _), t, f in C]); tc = np.array([t for _, t, _ in C])
+        mc = evaluate(pc, tc)
+        print(f"{name:16s} calib acc10 {mc.acc10:.3f} (uncorrected) | test acc10 {m.acc10:.3f} "
+              f"acc5 {m.acc5:.3f} mape {m.mape_percent:.2f}")
+        continue
     Xc = np.array([x[cols] for (p, x), t, f in C]); yc = np.array([np.log(t / p) for (p, x), t, f in C])
     # 5-fold CV on the calibration set
     idx = np.arange(len(C)) % 5; cvp = np.empty(len(C))
