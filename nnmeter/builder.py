@@ -43,7 +43,12 @@ from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
 
-__all__ = ["build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
+#: backends whose single-kernel models pay edge conversions a whole model does not, and
+#: whose profiler shows them (measured: openvino-cpu; on mnn-cpu removing them made
+#: predictions worse, on ort-cpu the NCHWc reorders are modelled in predictors.layout)
+BOUNDARY_BACKENDS = frozenset({"openvino-cpu"})
+
+__all__ = ["BOUNDARY_BACKENDS", "build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
            "profile_configs"]
 
 logger = logging.getLogger(__name__)
@@ -218,6 +223,7 @@ def build_predictor(
     rules: Any = None,
     prior_configs: dict[str, list[dict[str, Any]]] | None = None,
     on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
+    calibrate_boundary: bool = True,
 ) -> BuildResult:
     """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
 
@@ -258,6 +264,9 @@ def build_predictor(
         Use these rules instead of loading (or detecting) the backend's.
     prior_configs : dict, optional
         Kernel type → real configurations (dicts), instead of walking the zoo.
+    calibrate_boundary : bool
+        On backends in :data:`BOUNDARY_BACKENDS`, measure the boundary cost of
+        single-kernel models (``boundary.json``) once per dataset, after profiling.
 
     Returns
     -------
@@ -415,6 +424,14 @@ def build_predictor(
             profiler.close()
     result.minutes = (time.monotonic() - t_start) / 60
     ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
+    if calibrate_boundary and own_profiler and backend_id.split("@")[0] in BOUNDARY_BACKENDS \
+            and not (ds.directory / "boundary.json").exists():
+        # single-kernel models of this runtime pay layout/precision conversions at
+        # their edges that whole models do not (nnmeter.predictors.boundary)
+        from nnmeter.predictors.boundary import measure_boundary, write_boundary
+
+        logger.info("measuring the boundary cost of single-kernel models")
+        write_boundary(ds.directory, measure_boundary(backend_id, ds.directory))
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

@@ -142,3 +142,32 @@ def test_tiny_real_build_on_ort(tmp_path):
 
 def _rows_for(root, backend, t):
     return KernelDataset(kernel_dataset_dir(backend, root), backend).rows(t)
+
+
+def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypatch):
+    import nnmeter.backends as backends
+    import nnmeter.predictors.boundary as boundary
+
+    class OwnProfiler(FakeProfiler):  # what build_predictor opens when given none
+        def __init__(self, backend_id):
+            super().__init__()
+
+        def close(self):
+            pass
+
+    calls = []
+
+    def fake_measure(backend_id, dataset_dir, **kw):
+        calls.append(backend_id)
+        return {"backend_id": backend_id, "fit": {"shared": [0.0, 0.0, 0.0], "families": {}},
+                "points": [], "fingerprint_id": None}
+
+    monkeypatch.setattr(backends, "Profiler", OwnProfiler)
+    monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
+    for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
+        build_predictor(backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
+                        prior_configs=PRIOR, progress=False, train=False,
+                        max_samples_per_type=3, rounds=0)
+    assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
+    assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
+    assert not (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
