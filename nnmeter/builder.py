@@ -58,6 +58,10 @@ FAMILY_WEIGHT = {"conv": 3.0, "dwconv": 2.0, "fc": 1.0}
 #: kernels above this many FLOPs are not sampled (seconds per run; no real layer of the zoo
 #: at batch 1 comes close)
 MAX_KERNEL_FLOPS = 8e9
+#: on backends that take .tflite files, kernels with more weights than this are not
+#: sampled: converting one fc layer of ~100 M parameters (VGG-sized) took the converter
+#: past 24 GiB here
+MAX_TFLITE_KERNEL_PARAMS = 32e6
 DEFAULT_PROTOCOL = {"rounds": 4, "round_ms": 20.0}
 
 
@@ -166,20 +170,23 @@ def profile_configs(kernel_type: str, configs: Sequence[dict[str, Any]], origin:
     return out
 
 
-def _accept(kernel_type: str) -> Callable[[dict[str, Any]], bool]:
+def _accept(kernel_type: str, max_params: float | None = None) -> Callable[[dict[str, Any]], bool]:
     from nnmeter.kernels import KERNEL_TYPES
 
     kt = KERNEL_TYPES.get(kernel_type)
     names = tuple(kt.feature_names)
+    capped = max_params is not None and "params" in names
 
     def ok(cfg: dict[str, Any]) -> bool:
-        if "FLOPs" not in names:
+        if "FLOPs" not in names and not capped:
             return True
         try:
             feats = kt.features(kt.config_from_dict(cfg))
         except Exception:  # an invalid config (e.g. a kernel larger than its input)
             return False
-        return feats[names.index("FLOPs")] <= MAX_KERNEL_FLOPS
+        if "FLOPs" in names and feats[names.index("FLOPs")] > MAX_KERNEL_FLOPS:
+            return False
+        return not capped or feats[names.index("params")] <= max_params
     return ok
 
 
@@ -295,6 +302,14 @@ def build_predictor(
             logger.warning("no fusion rules for %s; detecting them first", backend_id)
             rules = detect_fusion(backend_id, progress=progress)
 
+    max_params = None
+    try:
+        from nnmeter.backends import get_backend
+
+        if get_backend(backend_id.split("@")[0]).model_format == "tflite":
+            max_params = MAX_TFLITE_KERNEL_PARAMS
+    except Exception as err:  # an unknown backend id (test doubles): no cap
+        logger.debug("no parameter cap for %s: %s", backend_id, err)
     if prior_configs is None:
         logger.info("collecting the kernel prior from the zoo")
         zoo_configs = kernel_prior_from_zoo(rules, n_per_family=n_per_family, seed=seed)
@@ -350,7 +365,7 @@ def build_predictor(
             measured = {config_key(r["config"]) for r in done_rows}
             samples = [Sample(r["config"], float(r["latency_ms"]), r.get("origin", "initial"))
                        for r in done_rows if r.get("ok", True) and r.get("latency_ms")]
-            accept = _accept(t)
+            accept = _accept(t, max_params)
             # initial sample: a deterministic list, skipping what is measured already
             init_deadline = t0 + initial_fraction * (type_deadline - t0)
             budget_left = [max_samples_per_type if max_samples_per_type is not None else 10**9]

@@ -171,3 +171,14 @@ def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypa
     assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
     assert not (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
+
+
+def test_sampling_skips_kernels_too_large_to_convert():
+    from nnmeter.builder import MAX_TFLITE_KERNEL_PARAMS, _accept
+
+    small = {"cin": 1024, "cout": 1000, "rows": 1}
+    huge = {"cin": 25088, "cout": 4096, "rows": 1}  # a VGG classifier layer
+    assert 25088 * 4096 > MAX_TFLITE_KERNEL_PARAMS
+    capped = _accept("fc-relu", MAX_TFLITE_KERNEL_PARAMS)
+    assert capped(small) and not capped(huge)
+    assert _accept("fc-relu")(huge)  # no cap where the runtime takes the layer as is
