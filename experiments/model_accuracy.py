@@ -75,7 +75,8 @@ def measure(args: argparse.Namespace) -> None:
                     if args.limit is not None and n_new >= args.limit:
                         return
                     g = v.build()
-                    params = g.cost().params
+                    c = g.cost()
+                    params = c.params
                     if args.max_params and params > args.max_params:
                         # recorded, so a resumed run does not try it again
                         fh.write(json.dumps({
@@ -92,7 +93,6 @@ def measure(args: argparse.Namespace) -> None:
                     except NNMeterError as err:  # an export the backend cannot take
                         print(f"pass {p} {v.name}: skipped ({err})")
                         continue
-                    c = g.cost()
                     row = {"variant": v.name, "family": v.family, "pass": p,
                            "latency_ms": m.latency_ms if m.ok else None, "spread": m.spread,
                            "ok": m.ok, "error": m.error, "flops": c.flops,

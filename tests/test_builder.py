@@ -26,6 +26,9 @@ class FakeProfiler:
                                  settings={"threads": 1})
         self.calls = 0
 
+    def close(self):
+        """Nothing to free: no worker process."""
+
     def measure(self, graph, on_error="record", **protocol):
         self.calls += 1
         c = graph.cost()
@@ -151,9 +154,6 @@ def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypa
     class OwnProfiler(FakeProfiler):  # what build_predictor opens when given none
         def __init__(self, backend_id):
             super().__init__()
-
-        def close(self):
-            pass
 
     calls = []
 

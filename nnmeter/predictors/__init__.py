@@ -104,7 +104,10 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
         )
     rules = load_rules(backend_id)
     rp = rules_path(backend_id)
-    extra = [f for f in (ds.directory / "predictor.json", ds.directory / "boundary.json")
+    from nnmeter.predictors.boundary import BOUNDARY_FILE
+    from nnmeter.predictors.train import CHOICE_FILE
+
+    extra = [f for f in (ds.directory / CHOICE_FILE, ds.directory / BOUNDARY_FILE)
              if f.exists()]
     key = _cache_key(rp if rp.exists() else None, files + extra, settings)
     where = cache_dir() / (dataset or backend_id) / key

@@ -201,6 +201,9 @@ class LatencyPredictor:
         # node names -> [((nodes, outputs), kernels)]
         self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
+        # id(kernel list) -> (that list, layout ms); (type, config, block) -> reorders
+        self._layout_cache: dict[int, tuple[list[Any], float]] = {}
+        self._reorder_memo: dict[Any, tuple[int, int]] = {}
         cost = self.meta.get("reorder_cost")
         self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
         self._reorder_cost = (float(cost[0]), float(cost[1])) if cost else (0.0, 0.0)
@@ -348,14 +351,13 @@ class LatencyPredictor:
             return 0.0
         # The partition cache hands back the same kernel list for a graph it has seen,
         # so the reorders of a repeated graph are looked up rather than recounted.
-        cache = self.__dict__.setdefault("_layout_cache", {})
+        cache = self._layout_cache
         hit = cache.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
         fixed, per_elem = self._reorder_cost
-        memo = self.__dict__.setdefault("_reorder_memo", {})
-        value = float(sum(fixed + per_elem * n
-                          for n in model_reorders(graph, kernels, self._layout_block, memo)))
+        value = float(sum(fixed + per_elem * n for n in model_reorders(
+            graph, kernels, self._layout_block, self._reorder_memo)))
         if len(cache) > 4096:
             cache.clear()
         cache[id(kernels)] = (kernels, value)

@@ -168,8 +168,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         counts[t] = len(d)
         if len(d) >= settings.min_type_samples and t not in use_family:
             regressors[f"type:{t}"] = fit(t, t, d.X, d.y)
-        fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
-        families.setdefault(fam, []).append(d)
+        families.setdefault(_family_of(t), []).append(d)
     for fam, members in sorted(families.items()):
         widths = {m.X.shape[1] for m in members}
         n = sum(len(m) for m in members)
@@ -214,13 +213,20 @@ def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float
         # a fused residual add reads a second tensor of the output's shape, which the
         # single-kernel model also reorders into the blocked layout (in a model it
         # arrives blocked from the conv that made it)
-        extra_in = "add" in t.split("-")[1:]
+        extra_in = "add" in getattr(kt, "tail", ())
         for i, cfg in enumerate(d.configs):
             n_in, n_out = reorder_elements(kt, cfg, block)
             moved = (n_in, n_out, n_out if extra_in else 0)
             sub[i] = sum(fixed + per_elem * n for n in moved if n)
         d.y = np.maximum(d.y - sub, 0.25 * d.y)
     return [fixed, per_elem]
+
+
+def _family_of(kernel_type: str) -> str:
+    """The family a kernel type's rows pool into (``conv`` for ``conv-bn-relu``)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    return getattr(KERNEL_TYPES.get(kernel_type), "family", "") or kernel_type
 
 
 def _read_choice(ds: KernelDataset, key: str = "regressor") -> dict[str, str]:
@@ -284,8 +290,7 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
             choice[t] = best
     families: dict[str, list[str]] = {}
     for t in data:
-        fam = getattr(KERNEL_TYPES.get(t), "family", "") or t
-        families.setdefault(fam, []).append(t)
+        families.setdefault(_family_of(t), []).append(t)
     for fam, members in sorted(families.items()):
         if len(members) < 2:
             continue

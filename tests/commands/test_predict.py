@@ -104,4 +104,4 @@ def test_build_cli_with_fake_profiler(tmp_path, monkeypatch, capsys):
 
 class _FakeCtx(_Fake):
     def close(self):
-        pass
+        """Nothing to free: no worker process."""
