@@ -114,7 +114,7 @@ def report(args: argparse.Namespace) -> None:
         graph_op_features,
     )
 
-    rows = [r for r in _rows(args.backend) if r.get("ok") and r.get("latency_ms")]
+    rows = [r for r in _rows(args.backend, args.seed) if r.get("ok") and r.get("latency_ms")]
     by: dict[str, dict] = {}
     for r in rows:
         e = by.setdefault(r["variant"], {"family": r["family"], "lat": [], "F": [

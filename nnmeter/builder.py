@@ -231,6 +231,7 @@ def build_predictor(
     prior_configs: dict[str, list[dict[str, Any]]] | None = None,
     on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
     calibrate_boundary: bool = True,
+    calibrate_weight_stream: bool = True,
 ) -> BuildResult:
     """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
 
@@ -274,6 +275,10 @@ def build_predictor(
     calibrate_boundary : bool
         On backends in :data:`BOUNDARY_BACKENDS`, measure the boundary cost of
         single-kernel models (``boundary.json``) once per dataset, after profiling.
+    calibrate_weight_stream : bool
+        Measure the rate at which the device streams weights from memory
+        (``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) once per
+        dataset, after profiling.
 
     Returns
     -------
@@ -447,6 +452,14 @@ def build_predictor(
 
         logger.info("measuring the boundary cost of single-kernel models")
         write_boundary(ds.directory, measure_boundary(backend_id, ds.directory))
+    if calibrate_weight_stream and own_profiler \
+            and not (ds.directory / "weight_stream.json").exists():
+        # single-kernel models time their weights hot in the cache; in a whole model
+        # they come from memory (nnmeter.predictors.weight_stream)
+        from nnmeter.predictors.weight_stream import measure_weight_stream, write_weight_stream
+
+        logger.info("measuring the weight streaming rate")
+        write_weight_stream(ds.directory, measure_weight_stream(backend_id, ds.directory))
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

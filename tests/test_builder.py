@@ -128,7 +128,7 @@ def test_tiny_real_build_on_ort(tmp_path):
                           prior_configs=PRIOR, progress=False, train=False,
                           max_samples_per_type=6, rounds=1,
                           protocol={"rounds": 2, "round_ms": 5.0, "calibrate": False},
-                          regressor_params={"n_estimators": 5})
+                          regressor_params={"n_estimators": 5}, calibrate_weight_stream=False)
     assert set(res.types) == {"conv-bn-relu", "relu"}
     rows = _rows_for(tmp_path, "ort-cpu", "conv-bn-relu")
     assert len(rows) >= 3 and all(r["ok"] and r["latency_ms"] > 0 for r in rows)
@@ -147,7 +147,7 @@ def _rows_for(root, backend, t):
     return KernelDataset(kernel_dataset_dir(backend, root), backend).rows(t)
 
 
-def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypatch):
+def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch):
     import nnmeter.backends as backends
     import nnmeter.predictors.boundary as boundary
 
@@ -162,8 +162,18 @@ def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypa
         return {"backend_id": backend_id, "fit": {"shared": [0.0, 0.0, 0.0], "families": {}},
                 "points": [], "fingerprint_id": None}
 
+    import nnmeter.predictors.weight_stream as weight_stream
+
+    streams = []
+
+    def fake_stream(backend_id, dataset_dir, **kw):
+        streams.append(backend_id)
+        return {"backend_id": backend_id, "bytes_per_ms": 2e7, "points": [],
+                "fingerprint_id": None}
+
     monkeypatch.setattr(backends, "Profiler", OwnProfiler)
     monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
+    monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
     for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
         build_predictor(backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,
@@ -171,6 +181,9 @@ def test_boundary_is_calibrated_once_on_backends_that_need_it(tmp_path, monkeypa
     assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
     assert not (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
+    # the weight streaming rate: once per dataset, on every backend
+    assert streams == ["openvino-cpu", "mnn-cpu"]
+    assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "weight_stream.json").exists()
 
 
 def test_sampling_skips_kernels_too_large_to_convert():

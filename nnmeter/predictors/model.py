@@ -15,6 +15,11 @@ better on the type's held-out rows (:func:`~nnmeter.predictors.train.choose_regr
 Kernels estimated by 2 or 3 *for lack of data* are listed in ``LatencyReport.uncovered``
 with how they were estimated; no kernel is ever counted as a silent 0 ms.
 
+Whatever estimated it, a kernel with weights gets at least the time of streaming its
+weights once from memory when the dataset holds the device's measured streaming rate
+(``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`): single-kernel
+measurements see those weights hot in the cache, a whole model does not.
+
 Examples
 --------
 >>> r = LatencyReport(total_ms=1.5, rows=(KernelRow("relu", ("r",), (1.0,), 1.5,
@@ -38,6 +43,7 @@ from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.features import model_input
 from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
+from nnmeter.predictors.weight_stream import stream_floor_ms
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
            "fallback_features", "FALLBACK_KEY"]
@@ -207,6 +213,9 @@ class LatencyPredictor:
         cost = self.meta.get("reorder_cost")
         self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
         self._reorder_cost = (float(cost[0]), float(cost[1])) if cost else (0.0, 0.0)
+        # bytes/ms at which the device streams weights from memory (None: no floor);
+        # see nnmeter.predictors.weight_stream
+        self._stream_rate = float(self.meta.get("weight_stream_bytes_per_ms") or 0.0)
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -234,15 +243,21 @@ class LatencyPredictor:
             return f"family:{family}"
         return FALLBACK_KEY
 
-    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(regressor input, fallback input, raw kernel features), cached per config."""
+    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """(regressor input, fallback input, raw kernel features, least ms inside a
+        model), cached per config. The least time is the cold-weight floor
+        (:func:`~nnmeter.predictors.weight_stream.stream_floor_ms`; 0 without a
+        measured streaming rate or for kernels without weights)."""
         key = (kernel.type, kernel.config)
         hit = self._feature_cache.get(key)
         if hit is None:
             kt = kernel.kernel_type
             feats = kt.features(kernel.config)
-            hit = (model_input(kt.feature_names, feats),
-                   fallback_features(kt, kernel.config, feats), feats)
+            names = kt.feature_names
+            floor = stream_floor_ms(feats[names.index("params")], self._stream_rate) \
+                if self._stream_rate and "params" in names else 0.0
+            hit = (model_input(names, feats),
+                   fallback_features(kt, kernel.config, feats), feats, floor)
             if len(self._feature_cache) > 200_000:
                 self._feature_cache.clear()
             self._feature_cache[key] = hit
@@ -335,7 +350,10 @@ class LatencyPredictor:
         for key, (rows, _) in jobs.items():
             col = 1 if key == FALLBACK_KEY else 0
             X = np.vstack([hit[col] for hit in rows])
-            preds[key] = self.regressors[key].predict(X).tolist()
+            y = self.regressors[key].predict(X)
+            if self._stream_rate:  # no kernel beats streaming its weights once
+                y = np.maximum(y, np.fromiter((hit[3] for hit in rows), float, len(rows)))
+            preds[key] = y.tolist()
         hows = {key: ("regressor" if key.startswith("type:") else key) for key in jobs}
         out: dict[int, list[tuple[float, str, np.ndarray]]] = {}
         for row_slots in slots:

@@ -151,6 +151,11 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     from nnmeter.predictors.boundary import remove_boundary
 
     boundary = remove_boundary(ds, data)
+    # the rate at which this device streams weights from memory: inside a model no
+    # kernel runs faster than reading its weights once (<dataset>/weight_stream.json)
+    from nnmeter.predictors.weight_stream import read_weight_stream
+
+    stream = read_weight_stream(ds)
 
     chosen = _read_choice(ds)
     # types whose family regressor beat their own on held-out rows (choose_regressors)
@@ -191,6 +196,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         overhead_ms=overhead_ms,
         meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
               "reorder_cost": reorder, "boundary": boundary,
+              "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
 

@@ -1,0 +1,187 @@
+"""Cold weights: the floor a kernel's time has inside a whole model.
+
+A single-kernel measurement runs the same kernel hundreds of times in a row, so a
+kernel whose weights fit in the last-level cache (a 5 MB classifier, a 2 MB 1x1
+convolution) is timed with its weights *hot*. Inside a whole model every kernel's
+weights are read once per inference, after the rest of the model (and, on a shared
+machine, the neighbours) went through the cache: they come from DRAM. A batch-1 fully
+connected layer is a matrix-vector product that reads each weight once, so in a model
+it cannot run faster than streaming its weights from memory.
+
+Measured here (ort-cpu, 1 thread; ``experiments/weight_stream_check.py``): the
+classifier of a MobileNetV2 variant (2176 → 1000, 8.7 MB) takes 0.07 ms alone but
+0.31–0.43 ms inside the model (model minus the model without it); a 67 MB fc alone
+streams at 23 GB/s and a 134 MB one at 20 GB/s, which puts 8.7 MB at about 0.4 ms.
+
+This module measures that streaming rate on the device and turns it into a floor:
+
+- :func:`measure_weight_stream` times single fc kernels whose weights are far larger
+  than any CPU cache (:data:`STREAM_SHAPES`, 67 and 101 MB in float32) and keeps the
+  slowest rate (fp32 bytes per ms of the whole single-kernel model);
+- :func:`write_weight_stream` / :func:`read_weight_stream` store it as
+  ``<dataset>/weight_stream.json`` with the raw points and the device fingerprint;
+- the predictor then gives every kernel with weights at least
+  ``params * 4 / bytes_per_ms`` (:func:`stream_floor_ms`): compute-bound kernels are
+  far above it, and memory-bound ones (classifiers, wide 1x1 convolutions at 7x7) are
+  lifted to it.
+
+Examples
+--------
+>>> rec = fit_weight_stream([StreamPoint(4096, 4096, 3.0), StreamPoint(6144, 4096, 5.0)])
+>>> round(rec["bytes_per_ms"] / 1e6, 2)        # slowest point: 100.7 MB in 5 ms
+20.13
+>>> round(stream_floor_ms(2_176_000, rec["bytes_per_ms"]), 3)   # a 2176 -> 1000 fc
+0.432
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+
+__all__ = ["STREAM_FILE", "STREAM_SHAPES", "WEIGHT_BYTES", "StreamPoint", "fit_weight_stream",
+           "stream_floor_ms", "measure_weight_stream", "write_weight_stream",
+           "read_weight_stream"]
+
+#: per-dataset file holding the weight streaming rate
+STREAM_FILE = "weight_stream.json"
+
+#: (CIN, COUT) of the fc kernels timed for the rate: 67 and 101 MB of float32 weights,
+#: several times any CPU's last-level cache, and under the 32 M parameters that the
+#: .tflite converter handles on a 24 GiB machine
+STREAM_SHAPES: tuple[tuple[int, int], ...] = ((4096, 4096), (6144, 4096))
+
+#: bytes per weight (the exported models are float32)
+WEIGHT_BYTES = 4
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamPoint:
+    """One timed fc kernel: its shape and its single-kernel model's latency (ms)."""
+
+    cin: int
+    cout: int
+    latency_ms: float
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.cin * self.cout * WEIGHT_BYTES
+
+
+def fit_weight_stream(points: list[StreamPoint]) -> dict[str, Any]:
+    """The streaming rate of ``points``: the slowest point's weight bytes per ms.
+
+    The slowest point is taken because a floor must not overshoot: a larger matrix
+    streams at the sustained rate, a smaller one may still profit from the cache.
+
+    Raises
+    ------
+    DatasetError
+        If no point has a positive latency.
+    """
+    good = [p for p in points if p.latency_ms > 0]
+    if not good:
+        raise DatasetError("no fc kernel of the weight-stream calibration was timed; "
+                           "nothing to fit")
+    rates = [p.weight_bytes / p.latency_ms for p in good]
+    return {"bytes_per_ms": float(min(rates)),
+            "rates_gb_s": [round(r / 1e6, 3) for r in rates]}
+
+
+def stream_floor_ms(params: float, bytes_per_ms: float) -> float:
+    """The least time (ms) a kernel with ``params`` weights takes inside a model."""
+    if bytes_per_ms <= 0:
+        return 0.0
+    return float(params) * WEIGHT_BYTES / bytes_per_ms
+
+
+def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
+                          core: int | None = 1, profiler: Any = None) -> dict[str, Any]:
+    """Time the :data:`STREAM_SHAPES` fc kernels on this device and fit the rate.
+
+    Returns the record that :func:`write_weight_stream` stores: ``points``,
+    ``bytes_per_ms``, ``fingerprint_id``, ``backend_id`` and a timestamp.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    DatasetError
+        If no kernel could be timed.
+    """
+    from nnmeter.backends import Profiler
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    kt = KERNEL_TYPES.get("fc")
+    own = profiler is None
+    prof = Profiler(backend_id, core=core) if own else profiler
+    try:
+        fid = prof.backend.device_info().fingerprint_id
+        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
+            raise FingerprintMismatchError(
+                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
+                f"this device is {fid!r}; calibrate on the device that measured the dataset")
+        points = []
+        for cin, cout in STREAM_SHAPES:
+            m = prof.measure(kt.build_graph(kt.config_cls(cin=cin, cout=cout)))
+            if not m.ok:
+                logger.warning("weight stream: fc %dx%d failed: %s", cin, cout, m.error)
+                continue
+            points.append(StreamPoint(cin, cout, float(m.latency_ms)))
+    finally:
+        if own:
+            prof.close()
+    fit = fit_weight_stream(points)
+    return {"backend_id": backend_id, "fingerprint_id": fid,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **fit,
+            "points": [asdict(p) for p in points]}
+
+
+def write_weight_stream(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write ``record`` (from :func:`measure_weight_stream`) to the dataset's file."""
+    path = Path(dataset_dir) / STREAM_FILE
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_weight_stream(dataset: Any) -> dict[str, Any] | None:
+    """The dataset's weight-stream record, or None when it has none (or it says
+    ``"apply": false``).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the record was measured on another fingerprint than the dataset.
+    DatasetError
+        If the file is not valid JSON or has no positive ``bytes_per_ms``.
+    """
+    path = Path(dataset.directory) / STREAM_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise DatasetError(f"{path} is not valid JSON ({err}); measure it again "
+                           f"(experiments/weight_stream_check.py) or delete it") from err
+    rate = record.get("bytes_per_ms")
+    if not isinstance(rate, (int, float)) or rate <= 0:
+        raise DatasetError(f"{path} has no positive 'bytes_per_ms'; measure it again")
+    if record.get("fingerprint_id") != dataset.fingerprint_id:
+        raise FingerprintMismatchError(
+            f"{path} was measured on fingerprint {record.get('fingerprint_id')!r} but the "
+            f"dataset was measured on {dataset.fingerprint_id!r}; measure it again on the "
+            f"dataset's device or delete {path.name}")
+    if record.get("apply", True) is False:
+        return None
+    return record

@@ -1,0 +1,101 @@
+"""The cold-weight floor: streaming rate fit, its file, and the predictor's use of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from nnmeter.builder import build_predictor
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.ir import GraphBuilder
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.train import train_predictor
+from nnmeter.predictors.weight_stream import (STREAM_FILE, StreamPoint, fit_weight_stream,
+                                              read_weight_stream, stream_floor_ms,
+                                              write_weight_stream)
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+def test_the_slowest_point_sets_the_rate():
+    rec = fit_weight_stream([StreamPoint(1000, 1000, 0.1), StreamPoint(2000, 1000, 0.4)])
+    assert rec["bytes_per_ms"] == pytest.approx(2000 * 1000 * 4 / 0.4)
+    assert rec["rates_gb_s"] == [40.0, 20.0]  # 4 MB in 0.1 ms, 8 MB in 0.4 ms
+    with pytest.raises(DatasetError):
+        fit_weight_stream([StreamPoint(1000, 1000, 0.0)])
+
+
+def test_floor_is_weight_bytes_over_rate():
+    assert stream_floor_ms(1_000_000, 2e7) == pytest.approx(0.2)
+    assert stream_floor_ms(1_000_000, 0.0) == 0.0
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, linear_cost_profiler):
+    root = tmp_path_factory.mktemp("data")
+    convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1, "groups": 1,
+              "pads": None} for h in (7, 14, 28) for c in range(8, 200, 8)]
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
+                    rules=RULES, prior_configs={"conv-bn-relu": convs},
+                    kernels=["conv-bn-relu"], progress=False, train=False,
+                    max_samples_per_type=60, rounds=0, initial_fraction=1.0)
+    return kernel_dataset_dir("ort-cpu", root)
+
+
+def _record(ds, rate):
+    return {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+            "bytes_per_ms": rate, "points": []}
+
+
+def test_file_round_trip_and_its_errors(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    assert read_weight_stream(ds) is None
+    write_weight_stream(d, _record(ds, 2e7))
+    assert read_weight_stream(ds)["bytes_per_ms"] == 2e7
+    (d / STREAM_FILE).write_text(json.dumps({**_record(ds, 2e7), "apply": False}))
+    assert read_weight_stream(ds) is None
+    (d / STREAM_FILE).write_text(json.dumps({**_record(ds, 2e7), "fingerprint_id": "other"}))
+    with pytest.raises(FingerprintMismatchError):
+        read_weight_stream(ds)
+    (d / STREAM_FILE).write_text(json.dumps(_record(ds, 0)))
+    with pytest.raises(DatasetError, match="bytes_per_ms"):
+        read_weight_stream(ds)
+    (d / STREAM_FILE).write_text("{not json")
+    with pytest.raises(DatasetError, match="not valid JSON"):
+        read_weight_stream(ds)
+
+
+def test_predictor_lifts_kernels_to_their_streaming_time(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 16, 56, 56))
+    # a conv with few weights and much work per weight (1x1 at 56x56), then one with
+    # many weights and little work per weight (3x3, stride 8, 7x7 output)
+    g = b.build([b.relu(b.bn(b.conv(b.relu(b.bn(b.conv(b.x, 16, kernel=1))), 512,
+                                    stride=8)))])
+    hot = train_predictor("ort-cpu", d, RULES)
+    assert hot.meta["weight_stream_bytes_per_ms"] is None
+    base = hot.predict(g, check_device=False)
+    from nnmeter.kernels import KERNEL_TYPES
+
+    names = KERNEL_TYPES.get("conv-bn-relu").feature_names
+    # a rate that puts the wide conv's floor at three times its estimate
+    wide = base.rows[1]
+    rate = wide.features[names.index("params")] * 4 / (3 * wide.predicted_ms)
+    write_weight_stream(d, _record(ds, rate))
+    cold = train_predictor("ort-cpu", d, RULES)
+    assert cold.meta["weight_stream_bytes_per_ms"] == rate
+    rep = cold.predict(g, check_device=False)
+    for before, after in zip(base.rows, rep.rows):
+        floor = stream_floor_ms(after.features[names.index("params")], rate)
+        assert after.predicted_ms == pytest.approx(max(before.predicted_ms, floor))
+    assert rep.rows[1].predicted_ms == pytest.approx(3 * wide.predicted_ms)  # lifted
+    assert rep.rows[0].predicted_ms == pytest.approx(base.rows[0].predicted_ms)  # above it
+    # the batch path applies the same floor
+    assert cold.predict_many([g])[0] == pytest.approx(rep.total_ms)
