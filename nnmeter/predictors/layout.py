@@ -9,7 +9,14 @@ and pooling ops between them) stay blocked, and reorders happen only where a blo
 tensor meets an op that needs NCHW (``ReduceMean``, ``HardSwish``, ``Gemm``…) or leaves
 the model.
 
-So training removes the reorders from the convolutions' measured times
+Pooling works the same way when its channels fill whole NCHWc blocks
+(:data:`POOL_BLOCK_FACTOR`): a single-kernel MaxPool over 64 channels runs
+``ReorderInput`` + ``nchwc.MaxPool`` + ``ReorderOutput``, and inside a model, after a
+blocked convolution, only the middle one. (A NASBench-201 cell's 3x3 average pool over
+16 channels at 32x32: 22 µs as a single-kernel model, 9 µs for its ``nchwc.AveragePool``
+node.)
+
+So training removes the reorders from the convolutions' and poolings' measured times
 (:func:`nnmeter.predictors.train.train_predictor`) and prediction adds back the ones the
 whole model really executes (:func:`model_reorders`). On a 1x1 16→16 convolution at
 32x32 ORT's profiler shows ReorderInput 6 µs + Conv 8 µs + ReorderOutput 5 µs.
@@ -30,7 +37,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LAYOUT_BLOCK", "TRANSPARENT_TYPES", "reorder_elements", "model_reorders"]
+__all__ = ["BLOCKED_FAMILIES", "LAYOUT_BLOCK", "POOL_BLOCK_FACTOR", "TRANSPARENT_TYPES",
+           "reorder_elements", "model_reorders"]
 
 #: backend id → channel block of its blocked convolution layout (absent: no reorders)
 LAYOUT_BLOCK = {"ort-cpu": 8}
@@ -42,7 +50,14 @@ TRANSPARENT_TYPES = frozenset({"relu", "relu6", "add", "add-relu", "add-relu6", 
 
 
 #: kernel families ORT may run in the blocked layout
-_BLOCKED_FAMILIES = ("conv", "dwconv")
+BLOCKED_FAMILIES = ("conv", "dwconv", "pool")
+
+#: pooling runs blocked only when its channels fill whole blocks of the CPU's native
+#: NCHWc width, twice the convolutions' channel block on this AVX-512 machine (ORT's
+#: profiler: MaxPool over 64 or 96 channels runs ``nchwc.MaxPool`` between a
+#: ReorderInput and a ReorderOutput, over 20 or 24 channels plain ``MaxPool``), where a
+#: convolution pads any multiple of 8 output channels up to it
+POOL_BLOCK_FACTOR = 2
 
 
 def _out_hw(h: int, w: int, k: int, s: int, pads: Any) -> tuple[int, int]:
@@ -55,9 +70,15 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
     """(input, output) elements a single-kernel model of ``config`` reorders into and
     out of a ``block``-channel blocked layout; (0, 0) when it runs unblocked."""
     family = getattr(kernel_type, "family", "")
-    if not block or family not in _BLOCKED_FAMILIES:
+    if not block or family not in BLOCKED_FAMILIES:
         return 0, 0
     cin = int(config.cin)
+    if family == "pool":
+        if cin % (POOL_BLOCK_FACTOR * block):
+            return 0, 0
+        ho, wo = _out_hw(int(config.h), int(config.w), int(config.kernel),
+                         int(config.stride), getattr(config, "pads", None))
+        return cin * int(config.h) * int(config.w), cin * ho * wo
     cout = int(getattr(config, "cout", cin))
     groups = int(getattr(config, "groups", 1)) if family == "conv" else cin
     if cout % block or (groups != 1 and not groups == cin == cout):
@@ -113,7 +134,7 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
         about = info.get(k.type)
         if about is None:
             kt = k.kernel_type
-            about = info[k.type] = (kt, getattr(kt, "family", "") in _BLOCKED_FAMILIES,
+            about = info[k.type] = (kt, getattr(kt, "family", "") in BLOCKED_FAMILIES,
                                     k.type in TRANSPARENT_TYPES)
         kt, may_block, transparent = about
         if may_block:
@@ -132,6 +153,8 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
                 if n_in and not (producers and all(blocked[p] for p in producers)):
                     out.append(n_in)
                 continue
+            # a pooling kernel that cannot run blocked needs its input in NCHW
+            transparent = transparent and kt.family != "pool"
         from_blocked = [p for p in producers if blocked[p]]
         if not from_blocked:
             continue

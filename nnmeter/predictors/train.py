@@ -18,7 +18,7 @@ import numpy as np
 from nnmeter.errors import DatasetError, PredictorError
 from nnmeter.predictors.dataset import KernelDataset
 from nnmeter.predictors.features import model_input
-from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
+from nnmeter.predictors.layout import BLOCKED_FAMILIES, LAYOUT_BLOCK, reorder_elements
 from nnmeter.predictors.model import (
     FALLBACK_KEY, LatencyPredictor, PredictorSettings, fallback_features,
 )
@@ -213,7 +213,7 @@ def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float
     fixed, per_elem = fit
     for t, d in data.items():
         kt = KERNEL_TYPES.get(t)
-        if getattr(kt, "family", "") not in ("conv", "dwconv"):
+        if getattr(kt, "family", "") not in BLOCKED_FAMILIES:
             continue
         sub = np.zeros(len(d))
         # a fused residual add reads a second tensor of the output's shape, which the

@@ -52,3 +52,29 @@ def test_fit_reorder_cost_is_relu_line():
     fixed, slope = fit_reorder_cost({"relu": d})
     assert abs(fixed - 0.001) < 1e-9 and abs(slope - 1e-7) < 1e-12
     assert fit_reorder_cost({}) is None
+
+
+def test_pooling_runs_blocked_only_over_whole_native_blocks():
+    pool = KERNEL_TYPES.get("maxpool")
+    cfg = pool.config_cls(h=8, w=8, cin=32, kernel=3, stride=2, pads=(1, 1, 1, 1))
+    assert reorder_elements(pool, cfg, 8) == (32 * 64, 32 * 16)
+    # 24 channels fill no 16-wide block: plain NCHW pooling, nothing reordered
+    assert reorder_elements(pool, pool.config_cls(h=8, w=8, cin=24, kernel=3, stride=2,
+                                                  pads=(1, 1, 1, 1)), 8) == (0, 0)
+
+
+def test_pooling_between_blocked_convs_adds_no_reorder():
+    def model(pool_channels):
+        b = GraphBuilder("m", (1, 16, 8, 8))
+        x = _chain(b, b.x, 16, pool_channels, "a")
+        x = b.maxpool(x, 3, 1, pads=(1, 1, 1, 1), name="pool")
+        return b.build([_chain(b, x, pool_channels, 32, "b")])
+
+    g = model(32)
+    # into a, out of b: the pool stays blocked in between
+    assert sorted(model_reorders(g, partition(g, RULES), 8)) == [16 * 64, 32 * 64]
+    g = model(24)
+    # a 24-channel pool runs plain: a's output goes back to NCHW, and b reorders it in
+    # (conv b reads 24 channels: a multiple of 8)
+    assert sorted(model_reorders(g, partition(g, RULES), 8)) == [16 * 64, 24 * 64,
+                                                                 24 * 64, 32 * 64]
