@@ -36,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import BackendError, FusionRulesError, MeasurementError, UnsupportedOpError
+from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
+                            UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.features import model_input
+from nnmeter.predictors.layout import LAYOUT_BLOCK
 from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
@@ -232,6 +234,7 @@ def build_predictor(
     on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
     calibrate_boundary: bool = True,
     calibrate_weight_stream: bool = True,
+    calibrate_reorders: bool = True,
 ) -> BuildResult:
     """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
 
@@ -279,6 +282,10 @@ def build_predictor(
         Measure the rate at which the device streams weights from memory
         (``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) once per
         dataset, after profiling.
+    calibrate_reorders : bool
+        On backends with a blocked layout (:data:`~nnmeter.predictors.layout.LAYOUT_BLOCK`),
+        profile the single-kernel models' layout reorders (``reorders.json``,
+        :mod:`nnmeter.predictors.reorder`) once per dataset, after profiling.
 
     Returns
     -------
@@ -294,8 +301,6 @@ def build_predictor(
     ds_dir = kernel_dataset_dir(dataset or backend_id, root)
     ds = KernelDataset(ds_dir, backend_id)
     if not resume and ds.kernel_types():
-        from nnmeter.errors import DatasetError
-
         raise DatasetError(f"dataset {ds_dir} already has measurements and resume=False; "
                            f"pass --resume to continue it or --dataset NEW_ID to start anew")
     if rules is None:
@@ -460,6 +465,16 @@ def build_predictor(
 
         logger.info("measuring the weight streaming rate")
         write_weight_stream(ds.directory, measure_weight_stream(backend_id, ds.directory))
+    if calibrate_reorders and own_profiler and backend_id.split("@")[0] in LAYOUT_BLOCK \
+            and not (ds.directory / "reorders.json").exists():
+        # how a layout reorder's cost rises past the caches (nnmeter.predictors.reorder)
+        from nnmeter.predictors.reorder import measure_reorders, write_reorders
+
+        logger.info("profiling the layout reorders of single-kernel models")
+        try:
+            write_reorders(ds.directory, measure_reorders(backend_id, ds.directory))
+        except DatasetError as err:  # no blocked kernel measured yet: the relu line stays
+            logger.warning("reorder calibration skipped: %s", err)
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

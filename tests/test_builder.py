@@ -135,6 +135,10 @@ def test_tiny_real_build_on_ort(tmp_path):
     meta = json.loads((kernel_dataset_dir("ort-cpu", tmp_path) / "dataset.json").read_text())
     assert meta["device"]["runtime"] == "onnxruntime"
     assert {r["fingerprint_id"] for r in rows} == {meta["fingerprint_id"]}
+    # the single-kernel convolutions' layout reorders were profiled and fitted
+    reorders = json.loads((kernel_dataset_dir("ort-cpu", tmp_path) / "reorders.json").read_text())
+    assert reorders["fingerprint_id"] == meta["fingerprint_id"] and reorders["points"]
+    assert {p[2] for p in reorders["points"]} <= {"in", "out"}
     pred = train_predictor("ort-cpu", kernel_dataset_dir("ort-cpu", tmp_path), RULES)
     from nnmeter.ir import GraphBuilder
 

@@ -106,10 +106,12 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
     rp = rules_path(backend_id)
     from nnmeter.predictors.boundary import BOUNDARY_FILE
     from nnmeter.predictors.train import CHOICE_FILE
+    from nnmeter.predictors.reorder import REORDER_FILE
     from nnmeter.predictors.weight_stream import STREAM_FILE
 
     extra = [f for f in (ds.directory / CHOICE_FILE, ds.directory / BOUNDARY_FILE,
-                         ds.directory / STREAM_FILE) if f.exists()]
+                         ds.directory / STREAM_FILE, ds.directory / REORDER_FILE)
+             if f.exists()]
     key = _cache_key(rp if rp.exists() else None, files + extra, settings)
     where = cache_dir() / (dataset or backend_id) / key
     if use_cache and (where / "manifest.json").exists():

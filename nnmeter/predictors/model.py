@@ -43,6 +43,7 @@ from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.features import model_input
 from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
+from nnmeter.predictors.reorder import reorder_ms
 from nnmeter.predictors.weight_stream import stream_floor_ms
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
@@ -213,6 +214,8 @@ class LatencyPredictor:
         cost = self.meta.get("reorder_cost")
         self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
         self._reorder_cost = (float(cost[0]), float(cost[1])) if cost else (0.0, 0.0)
+        # the profiled reorder cost (nnmeter.predictors.reorder), in place of the line
+        self._reorder_curve = self.meta.get("reorder_curve") or None
         # bytes/ms at which the device streams weights from memory (None: no floor);
         # see nnmeter.predictors.weight_stream
         self._stream_rate = float(self.meta.get("weight_stream_bytes_per_ms") or 0.0)
@@ -373,9 +376,13 @@ class LatencyPredictor:
         hit = cache.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        fixed, per_elem = self._reorder_cost
-        value = float(sum(fixed + per_elem * n for n in model_reorders(
-            graph, kernels, self._layout_block, self._reorder_memo)))
+        moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo)
+        if self._reorder_curve:
+            curve, line = self._reorder_curve, self._reorder_cost
+            value = float(sum(reorder_ms(curve, n, line) for n in moved))
+        else:
+            fixed, per_elem = self._reorder_cost
+            value = float(sum(fixed + per_elem * n for n in moved))
         if len(cache) > 4096:
             cache.clear()
         cache[id(kernels)] = (kernels, value)

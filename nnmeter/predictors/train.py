@@ -145,7 +145,10 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     overhead_ms = OVERHEAD_SHARE * float(min(d.y.min() for d in data.values()))
     for d in data.values():
         d.y = d.y - overhead_ms
-    reorder = _remove_reorders(backend_id, data)
+    from nnmeter.predictors.reorder import read_reorders
+
+    curve = read_reorders(ds) if LAYOUT_BLOCK.get(backend_id.split("@")[0]) else None
+    reorder = _remove_reorders(backend_id, data, curve)
     # layout/precision conversions at a single-kernel model's edges, measured on the
     # device by the backend's own profiler (<dataset>/boundary.json, when present)
     from nnmeter.predictors.boundary import remove_boundary
@@ -195,22 +198,31 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         backend_id, rules, regressors, device=meta.get("device"),
         overhead_ms=overhead_ms,
         meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
-              "reorder_cost": reorder, "boundary": boundary,
+              "reorder_cost": reorder, "reorder_curve": curve if reorder else None,
+              "boundary": boundary,
               "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
 
 
-def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float] | None:
-    """Subtract the single-kernel layout reorders from the convolutions' net times
-    (in place; never below a quarter of the time). Returns the reorder cost fit."""
+def _remove_reorders(backend_id: str, data: dict[str, KernelData],
+                     curve: dict[str, Any] | None = None) -> list[float] | None:
+    """Subtract the single-kernel layout reorders from the blocked kernels' net times
+    (in place; never below a quarter of the time). A reorder costs ``curve``'s time
+    (profiled on the device, :mod:`nnmeter.predictors.reorder`) when given, else the
+    relu line. Returns the relu line (the fallback the predictor keeps)."""
     from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.reorder import reorder_ms
 
     block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
     fit = fit_reorder_cost(data) if block else None
     if fit is None:
         return None
     fixed, per_elem = fit
+
+    def cost(n: int) -> float:
+        return reorder_ms(curve, n, (fixed, per_elem)) if curve else fixed + per_elem * n
+
     for t, d in data.items():
         kt = KERNEL_TYPES.get(t)
         if getattr(kt, "family", "") not in BLOCKED_FAMILIES:
@@ -223,7 +235,7 @@ def _remove_reorders(backend_id: str, data: dict[str, KernelData]) -> list[float
         for i, cfg in enumerate(d.configs):
             n_in, n_out = reorder_elements(kt, cfg, block)
             moved = (n_in, n_out, n_out if extra_in else 0)
-            sub[i] = sum(fixed + per_elem * n for n in moved if n)
+            sub[i] = sum(cost(n) for n in moved if n)
         d.y = np.maximum(d.y - sub, 0.25 * d.y)
     return [fixed, per_elem]
 

@@ -126,18 +126,20 @@ def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
     kt = KERNEL_TYPES.get("fc")
     own = profiler is None
     prof = Profiler(backend_id, core=core) if own else profiler
+    fid = None
     try:
-        fid = prof.backend.device_info().fingerprint_id
-        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
-            raise FingerprintMismatchError(
-                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
-                f"this device is {fid!r}; calibrate on the device that measured the dataset")
         points = []
         for cin, cout in STREAM_SHAPES:
             m = prof.measure(kt.build_graph(kt.config_cls(cin=cin, cout=cout)))
             if not m.ok:
                 logger.warning("weight stream: fc %dx%d failed: %s", cin, cout, m.error)
                 continue
+            fid = m.device.fingerprint_id if m.device is not None else fid
+            if ds.fingerprint_id is not None and fid is not None and ds.fingerprint_id != fid:
+                raise FingerprintMismatchError(
+                    f"dataset {ds.directory} was measured on fingerprint "
+                    f"{ds.fingerprint_id!r}, this device is {fid!r}; calibrate on the device "
+                    f"that measured the dataset")
             points.append(StreamPoint(cin, cout, float(m.latency_ms)))
     finally:
         if own:

@@ -1,0 +1,253 @@
+"""The cost of one layout reorder, profiled on the device.
+
+:mod:`nnmeter.predictors.layout` says *which* reorders a single-kernel model and a whole
+model execute. This module says what one costs. The first estimate was a straight line
+fitted to ``relu`` kernels (one read and one write per element); ORT's profiler shows
+that a reorder is not a relu:
+
+=========================  ==========  ==================
+dwconv input (H×W×C)        elements    ns per element
+=========================  ==========  ==================
+7×7×512 … 56×56×64          25 K–200 K  0.10–0.20
+64×64×144                   590 K       0.17–0.21
+128×128×144, 160×160×96     2.4 M       0.40–0.44
+=========================  ==========  ==================
+
+Past a few MB a reorder's scattered writes leave the caches and it costs four times the
+relu line, so the single-kernel times of large convolutions kept about 1.6 ms of
+reorders that the model does not execute (a 7x7 depthwise convolution over
+128×128×144: 3.73 ms alone less the line's reorders, 2.35 ms for its ``nchwc.Conv``
+node).
+
+So the reorders are measured where they happen:
+
+- :func:`measure_reorders` profiles single-kernel models of the dataset (convolutions
+  and poolings, spread over their sizes) and keeps every ``ReorderInput`` /
+  ``ReorderOutput`` node with the elements it moved;
+- :func:`fit_reorder_curve` takes the median time in log-spaced bins of elements and
+  makes it non-decreasing;
+- :func:`write_reorders` / :func:`read_reorders` store it as ``<dataset>/reorders.json``
+  with the raw points and the device fingerprint.
+
+Training and prediction use the curve for one thing: how much a reorder's cost per
+element rises once its tensor leaves the caches. :func:`reorder_ms` with the relu line
+keeps the line up to :data:`IN_CACHE_ELEMENTS` and scales it past that by the curve's
+per-element cost relative to its in-cache level. The profiled milliseconds themselves
+were tried in place of the line and made whole-model predictions much worse (ort-cpu
+test variants within ±10 %: 83.8 → 64.2 %): at small sizes a profiled node carries the
+profiler's own cost (a 480-element reorder reads 2 µs, four times the line), and the
+profiled times do not add up to the protocol's timings of the same models.
+
+Examples
+--------
+>>> curve = fit_reorder_curve([(1_000, 0.001), (10_000, 0.002), (100_000, 0.011),
+...                            (1_000_000, 0.4)], bins=4)
+>>> round(reorder_ms(curve, 10_000), 4)
+0.002
+>>> round(reorder_ms(curve, 2_000_000), 3)   # past the last bin: linear in elements
+0.8
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+
+__all__ = ["REORDER_FILE", "REORDER_OPS", "fit_reorder_curve", "reorder_ms",
+           "measure_reorders", "write_reorders", "read_reorders"]
+
+#: per-dataset file holding the profiled reorder cost
+REORDER_FILE = "reorders.json"
+
+#: executed-node types of ORT's layout reorders → which side of the kernel they move
+REORDER_OPS = {"com.microsoft.nchwc.ReorderInput": "in",
+               "com.microsoft.nchwc.ReorderOutput": "out"}
+
+logger = logging.getLogger(__name__)
+
+
+def fit_reorder_curve(points: list[tuple[int, float]], *, bins: int = 16) -> dict[str, Any]:
+    """Knots (log elements, log ms) of the reorder cost: median of each log-spaced bin
+    of elements, made non-decreasing.
+
+    Raises
+    ------
+    DatasetError
+        If no point has positive elements and time.
+    """
+    pts = np.array([(n, t) for n, t in points if n > 0 and t > 0], dtype=np.float64)
+    if not len(pts):
+        raise DatasetError("no reorder was profiled; nothing to fit")
+    x, y = np.log(pts[:, 0]), np.log(pts[:, 1])
+    edges = np.linspace(x.min(), x.max() + 1e-9, bins + 1)
+    kx, ky = [], []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (x >= lo) & (x < hi)
+        if m.any():
+            kx.append(float(np.median(x[m])))
+            ky.append(float(np.median(y[m])))
+    ky = list(np.maximum.accumulate(ky))
+    return {"log_elements": kx, "log_ms": ky, "points": len(pts)}
+
+
+def _curve_ms(curve: dict[str, Any], elements: float) -> float:
+    """Time (ms) of one reorder of ``elements`` elements on the curve."""
+    if elements <= 0:
+        return 0.0
+    kx, ky = curve["log_elements"], curve["log_ms"]
+    x = math.log(elements)
+    if x <= kx[0]:
+        return math.exp(ky[0]) * (elements / math.exp(kx[0]))
+    if x >= kx[-1]:
+        return math.exp(ky[-1]) * (elements / math.exp(kx[-1]))
+    return float(math.exp(np.interp(x, kx, ky)))
+
+
+def _calibration_rows(dataset: Any, per_type: int) -> list[tuple[str, dict[str, Any]]]:
+    """Per blocked kernel type, ``per_type`` rows spread evenly over the elements its
+    single-kernel model reorders (deterministic for the data)."""
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.layout import BLOCKED_FAMILIES, LAYOUT_BLOCK, reorder_elements
+
+    block = LAYOUT_BLOCK.get(dataset.backend_id.split("@")[0], 0)
+    out = []
+    for t in dataset.kernel_types():
+        if t not in KERNEL_TYPES or KERNEL_TYPES.get(t).family not in BLOCKED_FAMILIES:
+            continue
+        kt = KERNEL_TYPES.get(t)
+        rows = []
+        for row in dataset.rows(t):
+            n_in, n_out = reorder_elements(kt, kt.config_from_dict(row["config"]), block)
+            if n_out:
+                rows.append((n_in + n_out, json.dumps(row["config"], sort_keys=True), row))
+        rows.sort(key=lambda r: r[:2])
+        if rows:
+            picks = np.unique(np.linspace(0, len(rows) - 1, min(per_type, len(rows))).astype(int))
+            out.extend((t, rows[i][2]) for i in picks)
+    return out
+
+
+def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_type: int = 12,
+                     runs: int = 15, core: int | None = 1) -> dict[str, Any]:
+    """Profile single-kernel models of the dataset and fit the reorder curve.
+
+    Returns the record :func:`write_reorders` stores (``points`` as [elements, ms,
+    side, kernel type], ``curve``, ``fingerprint_id``, ``backend_id``, ``runs``).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    DatasetError
+        If no reorder could be profiled.
+    """
+    from nnmeter.backends import Profiler
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
+    points: list[list[Any]] = []
+    chosen = _calibration_rows(ds, per_type)
+    if not chosen:
+        raise DatasetError(f"{ds.directory} holds no blocked kernel (conv, dwconv, pool) "
+                           f"to profile reorders from")
+    with Profiler(backend_id, core=core) as prof:
+        fid = prof.backend.device_info().fingerprint_id
+        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
+            raise FingerprintMismatchError(
+                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
+                f"this device is {fid!r}; calibrate on the device that measured the dataset")
+        for t, row in chosen:
+            kt = KERNEL_TYPES.get(t)
+            cfg = kt.config_from_dict(row["config"])
+            n = dict(zip(("in", "out"), reorder_elements(kt, cfg, block)))
+            try:
+                nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+            except Exception as err:  # one kernel the runtime rejects must not stop the rest
+                logger.warning("could not profile %s %s: %s", t, row["config"], err)
+                continue
+            for node in nodes:
+                side = REORDER_OPS.get(node.op_type)
+                if side and node.time_ms and n[side]:
+                    points.append([n[side], float(node.time_ms), side, t])
+    if not points:
+        raise DatasetError(f"no reorder was profiled from {ds.directory} on {backend_id}")
+    return {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "curve": fit_reorder_curve([(p[0], p[1]) for p in points]), "points": points}
+
+
+def write_reorders(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    """Write ``record`` (from :func:`measure_reorders`) to ``<dataset_dir>/reorders.json``."""
+    path = Path(dataset_dir) / REORDER_FILE
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_reorders(dataset: Any) -> dict[str, Any] | None:
+    """The dataset's reorder curve, or None when it has none.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the curve was profiled on another fingerprint than the dataset.
+    DatasetError
+        If the file is not valid JSON or has no curve.
+    """
+    path = Path(dataset.directory) / REORDER_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise DatasetError(f"{path} is not valid JSON ({err}); profile it again "
+                           f"(experiments/reorder_calibration.py) or delete it") from err
+    curve = record.get("curve") or {}
+    if not curve.get("log_elements") or len(curve["log_elements"]) != len(curve.get("log_ms", ())):
+        raise DatasetError(f"{path} has no usable 'curve'; profile it again")
+    if record.get("fingerprint_id") != dataset.fingerprint_id:
+        raise FingerprintMismatchError(
+            f"{path} was profiled on fingerprint {record.get('fingerprint_id')!r} but the "
+            f"dataset was measured on {dataset.fingerprint_id!r}; profile it again on the "
+            f"dataset's device or delete {path.name}")
+    return curve
+
+
+#: the curve's per-element cost in this range of elements (the tensor still in the
+#: caches) is the reference that :func:`reorder_ms` scales the line by
+IN_CACHE_ELEMENTS = (50_000, 1_000_000)
+
+
+def reorder_ms(curve: dict[str, Any], elements: float,
+               line: tuple[float, float] | None = None) -> float:
+    """Time (ms) of one reorder of ``elements`` elements.
+
+    Without ``line``: the profiled curve. With ``line`` (fixed ms, ms per element; the
+    relu line): the line, and past :data:`IN_CACHE_ELEMENTS` the line scaled up by how
+    much more the curve's per-element cost is at this size than inside that range
+    (never down)."""
+    if line is None:
+        return _curve_ms(curve, elements)
+    if elements <= 0:
+        return 0.0
+    ref = curve.get("_ref")
+    if ref is None:
+        lo, hi = (math.log(v) for v in IN_CACHE_ELEMENTS)
+        xs = [x for x in curve["log_elements"] if lo <= x <= hi] or curve["log_elements"]
+        ref = curve["_ref"] = float(np.median([_curve_ms(curve, math.exp(x)) / math.exp(x)
+                                               for x in xs]))
+    scale = 1.0
+    if elements > IN_CACHE_ELEMENTS[1]:
+        scale = max(1.0, _curve_ms(curve, elements) / elements / ref)
+    return (line[0] + line[1] * elements) * scale
