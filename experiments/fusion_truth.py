@@ -12,6 +12,9 @@ Run (one backend at a time, under the measurement lock)::
 
     flock /tmp/nnmeter-measure.lock .venv/bin/python experiments/fusion_truth.py \
         --backend ort-cpu --backend openvino-cpu --backend mnn-cpu
+
+``--rules FILE`` scores a candidate rules file (e.g. a fresh ``nnmeter detect-fusion
+--out FILE``) instead of the committed one of the backend named in the file.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def explain(row: dict) -> str:
     return "other"
 
 
-def run_backend(backend: str) -> dict:
-    rules = load_rules(backend)
+def run_backend(backend: str, rules_file: str | None = None) -> dict:
+    rules = load_rules(rules_file or backend)
     shapes = TestShapes(**{k: v for k, v in rules.shapes.items()
                            if k in TestShapes.__dataclass_fields__})
     cases = {c.name: c for c in build_testcases(shapes)}
@@ -137,7 +140,8 @@ def run_backend(backend: str) -> dict:
               or kernel_type_of(tuple(r["name"].split("->"))) != "other"]
     with_raw = [r for r in ok if r["raw"] is not None]
     summary = {
-        "backend": backend, "patterns": len(ok), "errors": len(rows) - len(ok),
+        "backend": backend, "rules": str(rules_file or f"fusion_rules/{backend}.json"),
+        "patterns": len(ok), "errors": len(rows) - len(ok),
         "agree": sum(r["agree"] for r in ok),
         "agreement": round(sum(r["agree"] for r in ok) / max(1, len(ok)), 4),
         "usable": len(usable), "usable_agree": sum(r["agree"] for r in usable),
@@ -162,10 +166,20 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE", help="also write all rows to FILE")
     ap.add_argument("--from-json", metavar="FILE",
                     help="print an earlier run's rows again (no profiling), re-explained")
+    ap.add_argument("--rules", action="append", default=[], metavar="FILE",
+                    help="score this rules file instead of the committed one of the backend "
+                         "it names (its backend_id); repeatable, one file per backend")
     args = ap.parse_args()
+    rules_files: dict[str, str] = {}
+    for f in args.rules:
+        backend_id = load_rules(f).backend_id
+        if backend_id in rules_files:
+            ap.error(f"two --rules files for {backend_id}: {rules_files[backend_id]} and {f}")
+        rules_files[backend_id] = f
     results = {}
     saved = json.loads(Path(args.from_json).read_text()) if args.from_json else {}
-    for backend in args.backend or list(saved) or ["ort-cpu", "openvino-cpu", "mnn-cpu"]:
+    for backend in (args.backend or list(saved) or list(rules_files)
+                    or ["ort-cpu", "openvino-cpu", "mnn-cpu"]):
         if saved:
             res = saved[backend]
             res["summary"]["why"] = {}
@@ -174,7 +188,7 @@ def main() -> int:
                     r["why"] = explain(r)
                     res["summary"]["why"][r["why"]] = res["summary"]["why"].get(r["why"], 0) + 1
         else:
-            res = run_backend(backend)
+            res = run_backend(backend, rules_files.get(backend))
         results[backend] = res
         s = res["summary"]
         print(f"== {backend}: {s['agree']}/{s['patterns']} agree ({100 * s['agreement']:.1f} %); "

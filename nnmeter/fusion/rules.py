@@ -20,8 +20,12 @@ File layout (``fusion_rules/<backend-id>.json``, ``schema_version`` 1)::
     }
 
 ``saving_ms`` and ``threshold_ms`` are on times net of the per-inference overhead
-(``extra.overhead_ms``); ``extra.raw`` repeats the decision of the raw rule on the
-measured times (see :mod:`nnmeter.fusion.detect`). ``shapes`` are the test-case shapes
+(``extra.overhead_ms``) and, where the backend's profiler times its executed nodes, of
+each model's edge layout/precision conversions (``extra.edge``: ``share`` and
+``removed_ms`` per model, or ``skipped`` with the reason); ``extra.raw`` repeats the
+decision of the raw rule on the measured times; ``extra.tie`` marks a decision still
+within the noise after re-measuring, which is recorded as not fused (see
+:mod:`nnmeter.fusion.detect`). ``shapes`` are the test-case shapes
 (:class:`~nnmeter.fusion.testcases.TestShapes`) the file was detected with.
 
 ``kind`` is ``pair`` (op1 → op2), ``multi_output`` (one producer, two consumers;

@@ -129,3 +129,194 @@ def test_detection_on_ort_cpu(tmp_path):
         assert isinstance(p["fused"], bool)
         assert all(t["latency_ms"] > 0 for t in p["times_ms"].values())
     assert load_rules(out) == rules
+
+
+# -- edge conversions and ties ------------------------------------------------------
+
+def _node(op_type, covers=(), time_ms=0.01):
+    from nnmeter.backends import ExecutedNode
+
+    return ExecutedNode(op_type.lower(), op_type, tuple(covers), time_ms)
+
+
+def test_edge_share_counts_only_conversions_at_the_model_edges():
+    from nnmeter.fusion.detect import edge_share
+
+    # input reorder, conv, an internal reorder between the two ops, pool, output reorder
+    nodes = [_node("Reorder", time_ms=0.1), _node("Convolution", ["op1"], 0.4),
+             _node("Reorder", time_ms=0.2), _node("Pooling", ["op2"], 0.2),
+             _node("Reorder", time_ms=0.1)]
+    assert edge_share(nodes) == pytest.approx(0.2)
+    # ONNX Runtime names its NCHWc reorders with the domain in front
+    ort = [_node("com.microsoft.nchwc.ReorderInput", time_ms=0.002),
+           _node("com.microsoft.nchwc.Conv", ["op1"], 0.006),
+           _node("com.microsoft.nchwc.ReorderOutput", time_ms=0.002)]
+    assert edge_share(ort) == pytest.approx(0.4)
+    # an uncovered node that is not a conversion is work, not edge
+    assert edge_share([_node("Relu", ["op1"], 0.01), _node("HardSigmoid", [], 0.01)]) == 0.0
+
+
+def test_edge_share_is_unknown_without_times_or_covered_nodes():
+    from nnmeter.fusion.detect import edge_share
+
+    assert edge_share([_node("Reorder"), _node("Conv", ["op1"], None)]) is None
+    assert edge_share([_node("Reorder")]) is None
+    assert edge_share([]) is None
+
+
+def test_edge_conversion_ops_include_the_boundary_calibration_ones():
+    from nnmeter.fusion.detect import EDGE_CONVERSION_OPS
+    from nnmeter.predictors.boundary import LAYOUT_OPS
+
+    assert LAYOUT_OPS <= EDGE_CONVERSION_OPS
+
+
+def test_edge_shares_remove_the_conversions_a_pair_shares():
+    # conv alone 0.5 ms (0.2 of it converting in and out), pool alone 0.3 ms (0.1),
+    # the pair 0.65 ms (0.1 of edge conversions): the raw saving is the conversions
+    t1, t2, t12 = Timing(0.5, 0.0), Timing(0.3, 0.0), Timing(0.65, 0.0)
+    assert decide_pair(t1, t2, t12).fused
+    d = decide_pair(t1, t2, t12, edge_shares=(0.4, 1 / 3, 0.1 / 0.65))
+    assert not d.fused and d.saving_ms == pytest.approx(0.3 + 0.2 - 0.55)
+
+
+class EdgeProfiler(ScriptedProfiler):
+    """ScriptedProfiler whose single-op models convert layout at both edges.
+
+    Every model pays ``EDGE_MS`` in and out; a conv->maxpool pair therefore measures
+    2 * EDGE_MS less than its parts (plus the overhead) without fusing.
+    """
+
+    EDGE_MS = 0.2
+
+    def __init__(self, timed: bool = True, **kw) -> None:
+        super().__init__(**kw)
+        self.timed = timed
+        self.profiles = 0
+
+    def _ops(self, graph):
+        return [n.op for n in graph.topological_nodes()
+                if n.op != "input" and math.prod(n.output_shape) > 8]
+
+    def measure(self, graph, on_error="record", **kw):
+        m = super().measure(graph, on_error, **kw)
+        if self._ops(graph):
+            t = m.latency_ms + 2 * self.EDGE_MS
+            m = Measurement(t, t, t, 0.0, self.spread, 5, 50, DEVICE)
+        return m
+
+    def profile(self, graph, runs=10):
+        self.profiles += 1
+        ops = self._ops(graph)
+        time_ms = self.EDGE_MS if self.timed else None
+        return ([_node("Reorder", time_ms=time_ms)]
+                + [_node(op, [f"op{i + 1}"], COST_MS.get(op, 0.05)) for i, op in enumerate(ops)]
+                + [_node("Reorder", time_ms=time_ms)])
+
+
+def test_detection_removes_edge_conversions_and_records_them(tmp_path):
+    out = tmp_path / "r.json"
+    only = ["conv->maxpool", "conv->relu"]
+    plain = detect_fusion("fake-cpu", out=out, only=only, progress=False,
+                          profiler=EdgeProfiler(), edge_correction=False)
+    assert plain.fuses("conv", "maxpool")  # the shared conversions look like a fusion
+    prof = EdgeProfiler()
+    rules = detect_fusion("fake-cpu", out=out, only=only, progress=False, profiler=prof)
+    assert not rules.fuses("conv", "maxpool") and rules.fuses("conv", "relu")
+    p = next(p for p in rules.patterns if p.name == "conv->maxpool")
+    assert p.extra["edge"]["share"]["op1"] == pytest.approx(0.4 / 1.4, abs=1e-4)
+    assert p.extra["edge"]["removed_ms"]["op2"] > 0
+    data = json.loads(out.read_text())
+    assert data["detection"]["edge_correction"] is True
+    assert data["detection"]["edge_corrected_cases"] == 2
+    assert data["detection"]["profiles"] == prof.profiles == 5  # op1 shared by both cases
+
+
+def test_untimed_profiles_keep_the_plain_rule(tmp_path):
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json", only=["conv->maxpool"],
+                          progress=False, profiler=EdgeProfiler(timed=False))
+    (p,) = rules.patterns
+    assert p.fused and "untimed" in p.extra["edge"]["skipped"]
+
+
+def test_backend_without_executed_graph_keeps_the_plain_rule(tmp_path):
+    class NoProfile(EdgeProfiler):
+        def profile(self, graph, runs=10):
+            self.profiles += 1
+            raise NotImplementedError("this runtime cannot tell")
+
+    prof = NoProfile()
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json",
+                          only=["conv->maxpool", "conv->relu"], progress=False, profiler=prof)
+    assert prof.profiles == 1  # asked once, then not again
+    assert all("cannot tell" in p.extra["edge"]["skipped"] for p in rules.patterns)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["detection"]["edge_correction"] is False
+
+
+def test_ties_go_to_split(tmp_path):
+    # conv->relu is fused, but with a noise larger than any margin the decision is a tie
+    kw = dict(only=["conv->relu"], progress=False, max_remeasure=1)
+    rules = detect_fusion("fake-cpu", out=tmp_path / "a.json",
+                          profiler=ScriptedProfiler(spread=0.5), **kw)
+    (p,) = rules.patterns
+    assert p.close and not p.fused and p.extra["tie"]["leaned_to"] == "fused"
+    kept = detect_fusion("fake-cpu", out=tmp_path / "b.json", tie_to_split=False,
+                         profiler=ScriptedProfiler(spread=0.5), **kw)
+    assert kept.patterns[0].close and kept.patterns[0].fused
+    # a multi-output tie goes to "none"
+    rules = detect_fusion("fake-cpu", out=tmp_path / "c.json", only=["conv->{relu,add}"],
+                          progress=False, max_remeasure=0,
+                          profiler=ScriptedProfiler(spread=0.5))
+    (p,) = rules.patterns
+    assert not p.fused and p.extra["chosen"] == "none" and p.extra["tie"]["leaned_to"] != "none"
+
+
+def test_resume_reuses_journaled_profiles(tmp_path):
+    out = tmp_path / "r.json"
+    journal = tmp_path / "r.json.partial.jsonl"
+    first = EdgeProfiler()
+    from nnmeter.fusion.detect import _Store
+    from nnmeter.fusion.testcases import build_testcases
+
+    store = _Store(first.measure, journal, resume=False, profile=first.profile)
+    for g in build_testcases(only=["conv->maxpool"])[0].models.values():
+        store.ensure(g)
+        store.edge(g)
+    second = EdgeProfiler()
+    detect_fusion("fake-cpu", out=out, only=["conv->maxpool"], progress=False,
+                  profiler=second)
+    assert second.profiles == 0 and second.calls == 2  # only the overhead probes
+
+
+def test_repeat_spread_is_the_gap_to_the_next_best_repeat():
+    from nnmeter.fusion.detect import _Store, _null_model
+
+    times = iter([0.010, 0.030, 0.0101])  # one disturbed repeat, two that agree
+
+    def measure(graph):
+        t = next(times)
+        return Measurement(t, t, t, 0.0, 0.002, 5, 50, DEVICE)
+
+    store = _Store(measure, None, False)
+    g = _null_model(1)
+    for _ in range(3):
+        store.measure_new(g)
+    t = store.timing(g)
+    assert t.latency_ms == pytest.approx(0.010) and t.repeats == 3
+    assert t.spread == pytest.approx(0.01)  # not the 100 % the slow repeat would give
+    assert t.as_dict()["samples_ms"] == [0.01, 0.0101, 0.03]
+
+
+def test_a_profiler_that_times_nothing_is_asked_once(tmp_path):
+    prof = EdgeProfiler(timed=False)
+
+    def untimed(graph, runs=10):
+        prof.profiles += 1
+        return [_node("Conv", ["op1"], None)]
+
+    prof.profile = untimed
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json",
+                          only=["conv->maxpool", "conv->relu"], progress=False, profiler=prof)
+    assert prof.profiles == 1
+    assert all("times no executed node" in p.extra["edge"]["skipped"] for p in rules.patterns)
