@@ -17,8 +17,9 @@ with how they were estimated; no kernel is ever counted as a silent 0 ms.
 
 Whatever estimated it, a kernel with weights gets at least the time of streaming its
 weights once from memory when the dataset holds the device's measured streaming rate
-(``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`): single-kernel
-measurements see those weights hot in the cache, a whole model does not.
+(``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) and the model's
+kernels move more bytes per inference than the last-level cache holds: single-kernel
+measurements see those weights hot in the cache, such a model does not.
 
 Examples
 --------
@@ -219,6 +220,8 @@ class LatencyPredictor:
         # bytes/ms at which the device streams weights from memory (None: no floor);
         # see nnmeter.predictors.weight_stream
         self._stream_rate = float(self.meta.get("weight_stream_bytes_per_ms") or 0.0)
+        # the floor holds for models moving more bytes per inference than this
+        self._stream_llc = float(self.meta.get("weight_stream_llc_bytes") or 0.0)
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -346,23 +349,31 @@ class LatencyPredictor:
                 if i is None:
                     i = index[id(hit)] = len(rows)
                     rows.append(hit)
-                slot = slot_of[(ktype, id(config))] = (key, i, hit[2])
+                slot = slot_of[(ktype, id(config))] = (key, i, hit[2], hit[1][1])
                 add_slot(slot)
             slots.append(row_slots)
         preds: dict[str, list[float]] = {}
+        # the same kernels lifted to their cold-weight floor, for graphs whose memory
+        # traffic overflows the last-level cache (nnmeter.predictors.weight_stream)
+        cold: dict[str, list[float]] = {}
         for key, (rows, _) in jobs.items():
             col = 1 if key == FALLBACK_KEY else 0
             X = np.vstack([hit[col] for hit in rows])
             y = self.regressors[key].predict(X)
-            if self._stream_rate:  # no kernel beats streaming its weights once
-                y = np.maximum(y, np.fromiter((hit[3] for hit in rows), float, len(rows)))
             preds[key] = y.tolist()
+            if self._stream_rate:
+                cold[key] = np.maximum(
+                    y, np.fromiter((hit[3] for hit in rows), float, len(rows))).tolist()
         hows = {key: ("regressor" if key.startswith("type:") else key) for key in jobs}
+        llc = self._stream_llc
         out: dict[int, list[tuple[float, str, np.ndarray]]] = {}
         for row_slots in slots:
             if id(row_slots) not in out:
-                out[id(row_slots)] = [(preds[key][i], hows[key], raw)
-                                      for key, i, raw in row_slots]
+                use = preds
+                if cold and sum(s[3] for s in row_slots) > llc:
+                    use = cold
+                out[id(row_slots)] = [(use[key][i], hows[key], raw)
+                                      for key, i, raw, _ in row_slots]
         return [out[id(row_slots)] for row_slots in slots]  # shared lists: read only
 
     def layout_ms(self, graph: Any, kernels: Sequence[Any]) -> float:

@@ -14,8 +14,8 @@ from nnmeter.ir import GraphBuilder
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.train import train_predictor
 from nnmeter.predictors.weight_stream import (STREAM_FILE, StreamPoint, fit_weight_stream,
-                                              read_weight_stream, stream_floor_ms,
-                                              write_weight_stream)
+                                              last_level_cache_bytes, read_weight_stream,
+                                              stream_floor_ms, write_weight_stream)
 
 RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
 
@@ -99,3 +99,27 @@ def test_predictor_lifts_kernels_to_their_streaming_time(data_dir, tmp_path):
     assert rep.rows[0].predicted_ms == pytest.approx(base.rows[0].predicted_ms)  # above it
     # the batch path applies the same floor
     assert cold.predict_many([g])[0] == pytest.approx(rep.total_ms)
+
+
+def test_models_that_fit_in_the_last_level_cache_keep_hot_weights(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 16, 56, 56))
+    g = b.build([b.relu(b.bn(b.conv(b.relu(b.bn(b.conv(b.x, 16, kernel=1))), 512,
+                                    stride=8)))])
+    hot = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False)
+    from nnmeter.kernels import KERNEL_TYPES
+
+    names = KERNEL_TYPES.get("conv-bn-relu").feature_names
+    moved = sum(r.features[names.index("bytes")] for r in hot.rows)
+    rate = 1e3  # a floor far above every estimate
+    for llc, lifted in ((moved * 2, False), (moved / 2, True)):
+        write_weight_stream(d, {**_record(ds, rate), "llc_bytes": llc})
+        rep = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False)
+        assert (rep.total_ms > 2 * hot.total_ms) is lifted
+
+
+def test_last_level_cache_is_read_from_the_os_or_unknown():
+    size = last_level_cache_bytes()
+    assert size is None or size >= 64 * 1024
