@@ -15,11 +15,12 @@ better on the type's held-out rows (:func:`~nnmeter.predictors.train.choose_regr
 Kernels estimated by 2 or 3 *for lack of data* are listed in ``LatencyReport.uncovered``
 with how they were estimated; no kernel is ever counted as a silent 0 ms.
 
-Whatever estimated it, a kernel with weights gets at least the time of streaming its
-weights once from memory when the dataset holds the device's measured streaming rate
-(``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) and the model's
-kernels move more bytes per inference than the last-level cache holds: single-kernel
-measurements see those weights hot in the cache, such a model does not.
+When the dataset holds the device's measured weight streaming rate
+(``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) and a model's kernels
+move more bytes per inference than the last-level cache holds, its weights come from
+memory once per inference while single-kernel measurements saw them hot:
+:mod:`nnmeter.predictors.weight_refetch` lifts an fc kernel to the time of streaming
+its weights and adds that time to the other kernels with weights.
 
 Examples
 --------
@@ -45,6 +46,7 @@ from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.features import model_input
 from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
 from nnmeter.predictors.reorder import reorder_ms
+from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, refetch_many_ms
 from nnmeter.predictors.weight_stream import stream_floor_ms
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
@@ -222,6 +224,9 @@ class LatencyPredictor:
         self._stream_rate = float(self.meta.get("weight_stream_bytes_per_ms") or 0.0)
         # the floor holds for models moving more bytes per inference than this
         self._stream_llc = float(self.meta.get("weight_stream_llc_bytes") or 0.0)
+        # whether kernels that re-read their weights pay the fetch on top (else every
+        # kernel only gets the streaming floor); per dataset, in weight_stream.json
+        self._stream_refetch = bool(self.meta.get("weight_stream_refetch"))
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -249,11 +254,12 @@ class LatencyPredictor:
             return f"family:{family}"
         return FALLBACK_KEY
 
-    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """(regressor input, fallback input, raw kernel features, least ms inside a
-        model), cached per config. The least time is the cold-weight floor
-        (:func:`~nnmeter.predictors.weight_stream.stream_floor_ms`; 0 without a
-        measured streaming rate or for kernels without weights)."""
+    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
+        """(regressor input, fallback input, raw kernel features, time to stream its
+        weights once, whether it reads each weight once), cached per config. The
+        streaming time is :func:`~nnmeter.predictors.weight_stream.stream_floor_ms`
+        (0 without a measured rate or for kernels without weights); see
+        :mod:`nnmeter.predictors.weight_refetch` for how it enters a cold model."""
         key = (kernel.type, kernel.config)
         hit = self._feature_cache.get(key)
         if hit is None:
@@ -263,7 +269,8 @@ class LatencyPredictor:
             floor = stream_floor_ms(feats[names.index("params")], self._stream_rate) \
                 if self._stream_rate and "params" in names else 0.0
             hit = (model_input(names, feats),
-                   fallback_features(kt, kernel.config, feats), feats, floor)
+                   fallback_features(kt, kernel.config, feats), feats, floor,
+                   getattr(kt, "family", "") in STREAMING_FAMILIES)
             if len(self._feature_cache) > 200_000:
                 self._feature_cache.clear()
             self._feature_cache[key] = hit
@@ -362,8 +369,13 @@ class LatencyPredictor:
             y = self.regressors[key].predict(X)
             preds[key] = y.tolist()
             if self._stream_rate:
-                cold[key] = np.maximum(
-                    y, np.fromiter((hit[3] for hit in rows), float, len(rows))).tolist()
+                n = len(rows)
+                cold[key] = refetch_many_ms(
+                    np.maximum(y, 0.0), np.fromiter((hit[3] for hit in rows), float, n),
+                    kernel_bytes=np.fromiter((hit[1][1] for hit in rows), float, n),
+                    llc_bytes=self._stream_llc,
+                    streams=np.fromiter((hit[4] or not self._stream_refetch for hit in rows),
+                                        bool, n)).tolist()
         hows = {key: ("regressor" if key.startswith("type:") else key) for key in jobs}
         llc = self._stream_llc
         out: dict[int, list[tuple[float, str, np.ndarray]]] = {}

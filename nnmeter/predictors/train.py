@@ -202,6 +202,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
               "boundary": boundary,
               "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "weight_stream_llc_bytes": stream.get("llc_bytes") if stream else None,
+              "weight_stream_refetch": bool(stream.get("refetch")) if stream else False,
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
 

@@ -28,7 +28,10 @@ This module measures that streaming rate on the device and turns it into a floor
   cache holds (``llc_bytes``, read from the OS when the rate is measured: 32 MB here).
   A small model's weights stay in the cache between inferences: a ShuffleNetV2 variant
   moving 19 MB per inference spent 0.016 ms in its 0.8 MB classifier, as much as the
-  classifier alone (0.012 ms), not the 0.04 ms that streaming it would take.
+  classifier alone (0.012 ms), not the 0.04 ms that streaming it would take;
+- with ``"refetch": true`` in the record, kernels that re-read their weights (all but
+  fc) pay the fetch on top of their hot time instead of only the floor
+  (:mod:`nnmeter.predictors.weight_refetch`; measured to hold on litert-cpu).
 
 Examples
 --------

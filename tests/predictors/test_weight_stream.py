@@ -123,3 +123,28 @@ def test_models_that_fit_in_the_last_level_cache_keep_hot_weights(data_dir, tmp_
 def test_last_level_cache_is_read_from_the_os_or_unknown():
     size = last_level_cache_bytes()
     assert size is None or size >= 64 * 1024
+
+
+def test_refetch_adds_the_weight_fetch_to_kernels_that_reuse_weights(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 16, 56, 56))
+    g = b.build([b.relu(b.bn(b.conv(b.relu(b.bn(b.conv(b.x, 16, kernel=1))), 512,
+                                    stride=8)))])
+    hot = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False)
+    from nnmeter.kernels import KERNEL_TYPES
+
+    names = KERNEL_TYPES.get("conv-bn-relu").feature_names
+    rate = 5e5
+    # every kernel fits the cache alone (measured hot), the model overflows it
+    moved = [r.features[names.index("bytes")] for r in hot.rows]
+    llc = max(moved) + 1
+    assert sum(moved) > llc
+    write_weight_stream(d, {**_record(ds, rate), "llc_bytes": llc, "refetch": True})
+    pred = train_predictor("ort-cpu", d, RULES)
+    assert pred.meta["weight_stream_refetch"] is True
+    rep = pred.predict(g, check_device=False)
+    for before, after in zip(hot.rows, rep.rows):
+        fetch = stream_floor_ms(after.features[names.index("params")], rate)
+        assert after.predicted_ms == pytest.approx(before.predicted_ms + fetch)

@@ -1,0 +1,87 @@
+"""Weight refetch: what a kernel's weights add inside a model that overflows the cache.
+
+A single-kernel measurement times a kernel with its weights hot in the cache. In a
+model whose kernels move more bytes per inference than the last-level cache holds,
+every kernel's weights come from DRAM once per inference
+(:mod:`nnmeter.predictors.weight_stream` measures the streaming rate). How that read
+shows up depends on the kernel:
+
+- a batch-1 fully connected layer is a matrix-vector product that reads each weight
+  once: it streams, so its time is the larger of its hot time and the streaming time
+  (the floor of :func:`~nnmeter.predictors.weight_stream.stream_floor_ms`);
+- a convolution re-reads its weights for every tile of output pixels; the first read
+  misses to DRAM and the rest hit, so the fetch adds to the hot time instead of
+  hiding under it;
+- a kernel whose own bytes overflow the last-level cache was already measured with
+  its weights cold, so nothing is added beyond the floor.
+
+Measured on litert-cpu (XNNPACK, 1 thread; ``experiments/kernel_sum_check_litert.py``):
+inverted-residual models took 6-11 % longer than the sum of their kernels measured
+alone, the extra time sat in the late, weight-heavy blocks (prefix cuts: early blocks
+0.99-1.04 of their kernels' sum, late blocks 1.1-1.5), and it came to roughly the
+models' weight bytes over the streaming rate.
+
+Examples
+--------
+>>> refetch_ms(1.0, 0.25, kernel_bytes=1e6, llc_bytes=32e6, streams=False)
+1.25
+>>> refetch_ms(0.1, 0.25, kernel_bytes=1e6, llc_bytes=32e6, streams=True)
+0.25
+>>> refetch_ms(3.0, 0.25, kernel_bytes=64e6, llc_bytes=32e6, streams=False)
+3.0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["STREAMING_FAMILIES", "refetch_ms", "refetch_many_ms"]
+
+#: kernel families whose work is one pass over their weights (matrix-vector at batch 1)
+STREAMING_FAMILIES = frozenset({"fc"})
+
+
+def refetch_ms(hot_ms: float, stream_ms: float, *, kernel_bytes: float, llc_bytes: float,
+               streams: bool) -> float:
+    """A kernel's time inside a model that overflows the last-level cache, in ms.
+
+    Parameters
+    ----------
+    hot_ms : float
+        The kernel's time with hot weights (its regressor's estimate).
+    stream_ms : float
+        Time to stream its weights once from DRAM (``stream_floor_ms``; 0 without
+        weights or without a measured rate).
+    kernel_bytes : float
+        Bytes the single-kernel model moves (inputs, weights, outputs).
+    llc_bytes : float
+        Last-level cache size in bytes.
+    streams : bool
+        True for kernels that read each weight once (see :data:`STREAMING_FAMILIES`).
+
+    Raises
+    ------
+    ValueError
+        If a time or size is negative.
+    """
+    return float(refetch_many_ms(np.array([hot_ms], float), np.array([stream_ms], float),
+                                 kernel_bytes=np.array([kernel_bytes], float),
+                                 llc_bytes=llc_bytes, streams=np.array([streams]))[0])
+
+
+def refetch_many_ms(hot_ms: np.ndarray, stream_ms: np.ndarray, *, kernel_bytes: np.ndarray,
+                    llc_bytes: float, streams: np.ndarray) -> np.ndarray:
+    """:func:`refetch_ms` over arrays of kernels (one element per kernel)."""
+    hot = np.asarray(hot_ms, float)
+    stream = np.asarray(stream_ms, float)
+    kbytes = np.asarray(kernel_bytes, float)
+    flags = np.asarray(streams, bool)
+    if (hot < 0).any() or (stream < 0).any() or (kbytes < 0).any() or llc_bytes < 0:
+        raise ValueError(
+            f"refetch needs non-negative times and sizes; got hot_ms min {hot.min()}, "
+            f"stream_ms min {stream.min()}, kernel_bytes min {kbytes.min()}, "
+            f"llc_bytes {llc_bytes}")
+    floor = np.maximum(hot, stream)
+    # measured hot (fits the cache) and re-reads its weights: the DRAM fetch adds
+    added = hot + stream
+    return np.where(flags | (kbytes > llc_bytes), floor, added)
