@@ -6,7 +6,7 @@ such a convolution therefore executes ``ReorderInput`` (when CIN is a multiple o
 block; fewer channels are read in NCHW directly) + ``Conv`` + ``ReorderOutput``. Inside
 a whole model, consecutive blocked convolutions (and the layout-transparent element-wise
 and pooling ops between them) stay blocked, and reorders happen only where a blocked
-tensor meets an op that needs NCHW (``ReduceMean``, ``HardSwish``, ``Gemm``…) or leaves
+tensor meets an op that needs NCHW (``ReduceMean``, ``Clip``, ``Gemm``…) or leaves
 the model.
 
 Pooling works the same way when its channels fill whole NCHWc blocks
@@ -34,7 +34,7 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["BLOCKED_FAMILIES", "LAYOUT_BLOCK", "POOL_BLOCK_FACTOR", "TRANSPARENT_TYPES",
@@ -44,9 +44,13 @@ __all__ = ["BLOCKED_FAMILIES", "LAYOUT_BLOCK", "POOL_BLOCK_FACTOR", "TRANSPARENT
 LAYOUT_BLOCK = {"ort-cpu": 8}
 
 #: kernel types that keep a blocked input blocked (ORT's NCHWc transformer converts
-#: them); any other consumer of a blocked tensor gets a ReorderOutput before it
-TRANSPARENT_TYPES = frozenset({"relu", "relu6", "add", "add-relu", "add-relu6", "avgpool",
-                               "maxpool", "bn", "bn-relu", "bn-relu6"})
+#: them); any other consumer of a blocked tensor gets a ReorderOutput before it. ORT
+#: 1.32's optimised graphs, with the activation's producer feeding a second reader so
+#: that it is not folded into the convolution: ``Relu``, ``HardSigmoid``, ``Sigmoid``,
+#: ``Gelu`` and hswish's ``HardSigmoid`` + ``Mul`` stay blocked; ``Clip`` (relu6),
+#: ``Tanh``, ``LeakyRelu`` and swish's ``QuickGelu`` get a ReorderOutput before them
+TRANSPARENT_TYPES = frozenset({"relu", "hswish", "hsigmoid", "sigmoid", "gelu", "add",
+                               "add-relu", "avgpool", "maxpool", "bn", "bn-relu"})
 
 
 #: kernel families ORT may run in the blocked layout
@@ -106,15 +110,20 @@ def _exit_node(succ_of: dict[str, Any], names: Sequence[str]) -> str:
 
 
 def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
-                   memo: dict[Any, tuple[Any, int, int]] | None = None) -> list[int]:
+                   memo: dict[Any, tuple[Any, int, int]] | None = None,
+                   absorbed: Mapping[int, int] | None = None) -> list[int]:
     """Element counts of the layout reorders ``graph`` executes as a whole, given its
     kernels in topological order (one entry per reorder).
 
     ``memo`` (optional, kept by the caller across models) maps (kernel type name,
     id of the config, block) to (config, :func:`reorder_elements`); models repeat
-    kernel configs, and the partitioner hands out equal configs as one object."""
+    kernel configs, and the partitioner hands out equal configs as one object.
+    ``absorbed`` (optional) maps kernels the runtime runs inside an earlier kernel to
+    that kernel (:func:`nnmeter.predictors.absorbed.absorbed_kernels`): their output
+    is in that kernel's layout and no reorder is counted at their input."""
     if not block:
         return []
+    absorbed = absorbed or {}
     if memo is None:
         memo = {}
     node2k = {n: i for i, k in enumerate(kernels) for n in k.nodes}
@@ -128,6 +137,10 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
     info: dict[str, tuple[Any, bool, bool]] = {}
     in_kernel = node2k.get
     for i, k in enumerate(kernels):
+        into = absorbed.get(i)
+        if into is not None:
+            blocked[i] = blocked[into]
+            continue
         # kernels that feed this one (graph inputs are in none); a kernel may appear
         # more than once, which changes nothing below
         producers = [t for n in k.nodes for p in pred_of[n] if (t := in_kernel(p, i)) != i]

@@ -22,6 +22,11 @@ memory once per inference while single-kernel measurements saw them hot:
 :mod:`nnmeter.predictors.weight_refetch` lifts an fc kernel to the time of streaming
 its weights and adds that time to the other kernels with weights.
 
+A kernel the backend runs inside another one (an activation ORT folds into the
+preceding convolution, a duplicate activation it merges;
+:mod:`nnmeter.predictors.absorbed`) stays in the report with 0 ms and ``estimated_by``
+``absorbed:<kernel type>``.
+
 Examples
 --------
 >>> r = LatencyReport(total_ms=1.5, rows=(KernelRow("relu", ("r",), (1.0,), 1.5,
@@ -43,6 +48,7 @@ import numpy as np
 
 from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
+from nnmeter.predictors.absorbed import absorbed_kernels
 from nnmeter.predictors.features import model_input
 from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
 from nnmeter.predictors.reorder import reorder_ms
@@ -84,8 +90,9 @@ class PredictorSettings:
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One kernel of a report. ``estimated_by`` is ``regressor``, ``family:<f>`` or
-    ``fallback``."""
+    """One kernel of a report. ``estimated_by`` is ``regressor``, ``family:<f>``,
+    ``fallback``, or ``absorbed:<kernel type>`` for a kernel the backend runs inside
+    another one (0 ms of its own)."""
 
     type: str
     nodes: tuple[str, ...]
@@ -213,6 +220,7 @@ class LatencyPredictor:
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
         # id(kernel list) -> (that list, layout ms); (type, config, block) -> reorders
         self._layout_cache: dict[int, tuple[list[Any], float]] = {}
+        self._absorbed_cache: dict[int, tuple[list[Any], dict[int, int]]] = {}
         self._reorder_memo: dict[Any, tuple[int, int]] = {}
         cost = self.meta.get("reorder_cost")
         self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
@@ -388,6 +396,20 @@ class LatencyPredictor:
                                       for key, i, raw, _ in row_slots]
         return [out[id(row_slots)] for row_slots in slots]  # shared lists: read only
 
+    def absorbed(self, graph: Any, kernels: Sequence[Any]) -> dict[int, int]:
+        """{index of a kernel the backend runs inside another: index of that one}
+        (:func:`nnmeter.predictors.absorbed.absorbed_kernels`), memoised per kernel
+        list like :meth:`layout_ms`."""
+        cache = self._absorbed_cache
+        hit = cache.get(id(kernels))
+        if hit is not None and hit[0] is kernels:
+            return hit[1]
+        value = absorbed_kernels(graph, kernels, self.backend_id)
+        if len(cache) > 4096:
+            cache.clear()
+        cache[id(kernels)] = (kernels, value)
+        return value
+
     def layout_ms(self, graph: Any, kernels: Sequence[Any]) -> float:
         """Time of the layout reorders ``graph`` executes as a whole (0 on backends
         without a blocked layout or predictors trained without reorder removal)."""
@@ -399,7 +421,8 @@ class LatencyPredictor:
         hit = cache.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo)
+        moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo,
+                               absorbed=self.absorbed(graph, kernels))
         if self._reorder_curve:
             curve, line = self._reorder_curve, self._reorder_cost
             value = float(sum(reorder_ms(curve, n, line) for n in moved))
@@ -423,8 +446,13 @@ class LatencyPredictor:
         graph = _as_graph(model)
         kernels = self.kernels(graph)
         est = self._estimate([kernels])[0]
+        absorbed = self.absorbed(graph, kernels)
         rows, uncovered = [], []
-        for k, (ms, how, feats) in zip(kernels, est):
+        for j, (k, (ms, how, feats)) in enumerate(zip(kernels, est)):
+            if j in absorbed:  # runs inside another kernel: no time of its own
+                rows.append(KernelRow(k.type, tuple(k.nodes), tuple(float(v) for v in feats),
+                                      0.0, f"absorbed:{kernels[absorbed[j]].type}"))
+                continue
             if not (math.isfinite(ms) and ms > 0):
                 raise PredictorError(
                     f"kernel {k.type} over {list(k.nodes)} got estimate {ms} ms from {how}; "
@@ -468,8 +496,13 @@ class LatencyPredictor:
         try:
             kernels = [self.kernels(g) for g in graphs]
             est = self._estimate(kernels)
-            return [float(sum(ms for ms, _, _ in e)) + self.overhead_ms
-                    + self.layout_ms(g, ks) for g, ks, e in zip(graphs, kernels, est)]
+            out = []
+            for g, ks, e in zip(graphs, kernels, est):
+                absorbed = self.absorbed(g, ks)
+                total = float(sum(ms for ms, _, _ in e)) if not absorbed else float(
+                    sum(ms for j, (ms, _, _) in enumerate(e) if j not in absorbed))
+                out.append(total + self.overhead_ms + self.layout_ms(g, ks))
+            return out
         finally:
             if collecting:
                 gc.enable()

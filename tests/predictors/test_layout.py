@@ -78,3 +78,25 @@ def test_pooling_between_blocked_convs_adds_no_reorder():
     # (conv b reads 24 channels: a multiple of 8)
     assert sorted(model_reorders(g, partition(g, RULES), 8)) == [16 * 64, 24 * 64,
                                                                  24 * 64, 32 * 64]
+
+
+def _act_between_convs(act):
+    # the first convolution's output is read twice, so ORT cannot fold the activation
+    b = GraphBuilder("m", (1, 16, 8, 8))
+    t = b.conv(b.x, 16, 1, name="a")
+    h = b.act(t, act, name="act")
+    return b.build([b.conv(h, 16, 1, name="b"), b.conv(t, 16, 1, name="c")])
+
+
+def test_activations_ort_runs_blocked_add_no_reorders():
+    # ORT 1.32: HardSigmoid (and hswish's HardSigmoid + Mul) and Sigmoid stay blocked
+    for act in ("hswish", "hsigmoid", "sigmoid", "relu"):
+        g = _act_between_convs(act)
+        assert sorted(model_reorders(g, partition(g, RULES), 8)) == [16 * 64] * 3, act
+
+
+def test_clip_needs_plain_layout():
+    # Clip (relu6) gets a ReorderOutput before it and the next conv a ReorderInput
+    g = _act_between_convs("relu6")
+    assert sorted(model_reorders(g, partition(g, RULES), 8)) == [16 * 64] * 5
+
