@@ -210,6 +210,30 @@ def _featurizer(kernel_type: str) -> Callable[[list[dict[str, Any]]], np.ndarray
     return featurize
 
 
+def _record_prior(path: Path, weights: dict[str, float], priors: dict[str, Any],
+                  kernels: Sequence[str] | None) -> None:
+    """Write the sampling prior of this run to ``path`` (``prior.json``, for the record).
+
+    A run limited to some kernel types (``kernels``) merges its priors into the file
+    rather than replacing it, and lists its own weights under ``restricted_runs``: the
+    full run's record must survive a targeted resume.
+    """
+    import json
+
+    record = {"weights": weights, "priors": {t: p.to_dict() for t, p in priors.items()}}
+    if kernels and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = None
+        if isinstance(old, dict) and "priors" in old:
+            old["priors"].update(record["priors"])
+            old.setdefault("restricted_runs", []).append(
+                {"kernels": sorted(kernels), "weights": weights})
+            record = old
+    path.write_text(json.dumps(record, default=str))
+
+
 def build_predictor(
     backend_id: str,
     *,
@@ -334,9 +358,7 @@ def build_predictor(
         weights = {t: w / norm for t, w in weights.items()}
     priors = {t: KernelPrior.from_configs(t, zoo_configs[t]) for t in weights}
     ds.directory.mkdir(parents=True, exist_ok=True)
-    (ds.directory / "prior.json").write_text(__import__("json").dumps(
-        {"weights": weights, "priors": {t: p.to_dict() for t, p in priors.items()}},
-        default=str))
+    _record_prior(ds.directory / "prior.json", weights, priors, kernels)
 
     result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
     bar = None

@@ -199,3 +199,18 @@ def test_sampling_skips_kernels_too_large_to_convert():
     capped = _accept("fc-relu", MAX_TFLITE_KERNEL_PARAMS)
     assert capped(small) and not capped(huge)
     assert _accept("fc-relu")(huge)  # no cap where the runtime takes the layer as is
+
+
+def test_a_build_limited_to_some_kernels_keeps_the_full_prior_record(tmp_path):
+    profiler = FakeProfiler()
+    common = dict(budget_minutes=1, root=tmp_path, profiler=profiler, rules=RULES,
+                  prior_configs=PRIOR, progress=False, train=False,
+                  max_samples_per_type=3, rounds=0)
+    build_predictor("fake-cpu", **common)
+    path = kernel_dataset_dir("fake-cpu", tmp_path) / "prior.json"
+    full = json.loads(path.read_text())
+    build_predictor("fake-cpu", kernels=["relu"], resume=True, **common)
+    after = json.loads(path.read_text())
+    assert after["weights"] == full["weights"]  # the full run's record survives
+    assert set(after["priors"]) == set(full["priors"])
+    assert after["restricted_runs"] == [{"kernels": ["relu"], "weights": {"relu": 1.0}}]
