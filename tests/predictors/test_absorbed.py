@@ -86,3 +86,17 @@ def test_folded_activation_adds_no_reorders():
     assert sorted(absorbed) == [1, 3]
     # into the first convolution, out of the last; nothing around the activations
     assert sorted(model_reorders(g, ks, 8, absorbed=absorbed)) == [16 * 64, 32 * 64]
+
+
+def test_duplicate_poolings_of_one_tensor_merge_unless_their_attributes_differ():
+    b = GraphBuilder("m", (1, 16, 8, 8))
+    x = b.relu(b.conv(b.x, 16, 1, name="c"), name="r")
+    p1 = b.avgpool(x, 3, 1, pads=(1, 1, 1, 1), name="p1")
+    p2 = b.avgpool(x, 3, 1, pads=(1, 1, 1, 1), name="p2")
+    p3 = b.avgpool(x, 2, 2, name="p3")  # another pooling of the same tensor: kept
+    g = b.build([b.add_(p1, p2, name="s"), p3])
+    ks = partition(g, RULES)
+    idx = {k.nodes[0]: i for i, k in enumerate(ks) if len(k.nodes) == 1}
+    ab = absorbed_kernels(g, ks, "ort-cpu")
+    assert ab.get(idx["p2"]) == idx["p1"]
+    assert idx["p1"] not in ab and idx["p3"] not in ab
