@@ -33,7 +33,6 @@ Examples
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -252,9 +251,9 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 def write_boundary(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write ``record`` (from :func:`measure_boundary`) to ``<dataset_dir>/boundary.json``."""
-    path = Path(dataset_dir) / BOUNDARY_FILE
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    from nnmeter.predictors.dataset import write_calibration
+
+    return write_calibration(dataset_dir, BOUNDARY_FILE, record)
 
 
 def read_boundary(dataset: Any) -> dict[str, Any] | None:
@@ -267,21 +266,13 @@ def read_boundary(dataset: Any) -> dict[str, Any] | None:
     DatasetError
         If the file is not valid JSON or has no fit.
     """
-    path = Path(dataset.directory) / BOUNDARY_FILE
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except ValueError as err:
-        raise DatasetError(f"{path} is not valid JSON ({err}); re-run the calibration "
-                           f"(experiments/boundary_calibration.py) or delete it") from err
-    if "fit" not in record or "shared" not in record.get("fit", {}):
-        raise DatasetError(f"{path} has no 'fit.shared' coefficients; re-run the calibration")
-    if record.get("fingerprint_id") != dataset.fingerprint_id:
-        raise FingerprintMismatchError(
-            f"{path} was calibrated on fingerprint {record.get('fingerprint_id')!r} but the "
-            f"dataset was measured on {dataset.fingerprint_id!r}; re-run the calibration on "
-            f"the dataset's device or delete {path.name}")
+    from nnmeter.predictors.dataset import read_calibration
+
+    record = read_calibration(dataset, BOUNDARY_FILE, remedy="re-run the calibration "
+                              "(experiments/boundary_calibration.py)")
+    if record is not None and "shared" not in record.get("fit", {}):
+        raise DatasetError(f"{Path(dataset.directory) / BOUNDARY_FILE} has no 'fit.shared' "
+                           f"coefficients; re-run the calibration")
     return record
 
 

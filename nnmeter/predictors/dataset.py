@@ -31,7 +31,8 @@ from typing import Any
 
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
-__all__ = ["KernelDataset", "data_root", "kernel_dataset_dir"]
+__all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration",
+           "write_calibration"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,3 +174,38 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
                 logger.warning("%s: skipping a truncated last line (an interrupted write)", path)
                 continue
             raise DatasetError(f"{path} line {i + 1} is not valid JSON: {err}") from err
+
+
+def write_calibration(dataset_dir: str | os.PathLike, name: str, record: dict[str, Any]) -> Path:
+    """Write a device calibration record (``boundary.json``, ``reorders.json``, ...) to
+    ``<dataset_dir>/<name>``."""
+    path = Path(dataset_dir) / name
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_calibration(dataset: Any, name: str, *, remedy: str) -> dict[str, Any] | None:
+    """A dataset's device calibration record ``name``, or None when it has none.
+
+    ``remedy`` says how to make the record again (for the error messages).
+
+    Raises
+    ------
+    DatasetError
+        If the file is not valid JSON.
+    FingerprintMismatchError
+        If the record was measured on another fingerprint than the dataset.
+    """
+    path = Path(dataset.directory) / name
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise DatasetError(f"{path} is not valid JSON ({err}); {remedy} or delete it") from err
+    if record.get("fingerprint_id") != dataset.fingerprint_id:
+        raise FingerprintMismatchError(
+            f"{path} was measured on fingerprint {record.get('fingerprint_id')!r} but the "
+            f"dataset was measured on {dataset.fingerprint_id!r}; {remedy} on the dataset's "
+            f"device or delete {path.name}")
+    return record

@@ -190,9 +190,9 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
 
 def write_reorders(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write ``record`` (from :func:`measure_reorders`) to ``<dataset_dir>/reorders.json``."""
-    path = Path(dataset_dir) / REORDER_FILE
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    from nnmeter.predictors.dataset import write_calibration
+
+    return write_calibration(dataset_dir, REORDER_FILE, record)
 
 
 def read_reorders(dataset: Any) -> dict[str, Any] | None:
@@ -205,22 +205,16 @@ def read_reorders(dataset: Any) -> dict[str, Any] | None:
     DatasetError
         If the file is not valid JSON or has no curve.
     """
-    path = Path(dataset.directory) / REORDER_FILE
-    if not path.exists():
+    from nnmeter.predictors.dataset import read_calibration
+
+    record = read_calibration(dataset, REORDER_FILE,
+                              remedy="profile it again (experiments/reorder_calibration.py)")
+    if record is None:
         return None
-    try:
-        record = json.loads(path.read_text())
-    except ValueError as err:
-        raise DatasetError(f"{path} is not valid JSON ({err}); profile it again "
-                           f"(experiments/reorder_calibration.py) or delete it") from err
     curve = record.get("curve") or {}
     if not curve.get("log_elements") or len(curve["log_elements"]) != len(curve.get("log_ms", ())):
-        raise DatasetError(f"{path} has no usable 'curve'; profile it again")
-    if record.get("fingerprint_id") != dataset.fingerprint_id:
-        raise FingerprintMismatchError(
-            f"{path} was profiled on fingerprint {record.get('fingerprint_id')!r} but the "
-            f"dataset was measured on {dataset.fingerprint_id!r}; profile it again on the "
-            f"dataset's device or delete {path.name}")
+        raise DatasetError(f"{Path(dataset.directory) / REORDER_FILE} has no usable 'curve'; "
+                           f"profile it again")
     return curve
 
 

@@ -44,7 +44,6 @@ Examples
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -184,9 +183,9 @@ def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 def write_weight_stream(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
     """Write ``record`` (from :func:`measure_weight_stream`) to the dataset's file."""
-    path = Path(dataset_dir) / STREAM_FILE
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    from nnmeter.predictors.dataset import write_calibration
+
+    return write_calibration(dataset_dir, STREAM_FILE, record)
 
 
 def read_weight_stream(dataset: Any) -> dict[str, Any] | None:
@@ -200,22 +199,16 @@ def read_weight_stream(dataset: Any) -> dict[str, Any] | None:
     DatasetError
         If the file is not valid JSON or has no positive ``bytes_per_ms``.
     """
-    path = Path(dataset.directory) / STREAM_FILE
-    if not path.exists():
+    from nnmeter.predictors.dataset import read_calibration
+
+    record = read_calibration(dataset, STREAM_FILE, remedy="measure it again "
+                              "(experiments/weight_stream_check.py --write)")
+    if record is None:
         return None
-    try:
-        record = json.loads(path.read_text())
-    except ValueError as err:
-        raise DatasetError(f"{path} is not valid JSON ({err}); measure it again "
-                           f"(experiments/weight_stream_check.py) or delete it") from err
     rate = record.get("bytes_per_ms")
     if not isinstance(rate, (int, float)) or rate <= 0:
-        raise DatasetError(f"{path} has no positive 'bytes_per_ms'; measure it again")
-    if record.get("fingerprint_id") != dataset.fingerprint_id:
-        raise FingerprintMismatchError(
-            f"{path} was measured on fingerprint {record.get('fingerprint_id')!r} but the "
-            f"dataset was measured on {dataset.fingerprint_id!r}; measure it again on the "
-            f"dataset's device or delete {path.name}")
+        raise DatasetError(f"{Path(dataset.directory) / STREAM_FILE} has no positive "
+                           f"'bytes_per_ms'; measure it again")
     if record.get("apply", True) is False:
         return None
     return record

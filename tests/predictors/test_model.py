@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from nnmeter.backends.base import DeviceInfo, Measurement
