@@ -1,4 +1,4 @@
-"""Kernels a whole model does not execute on their own: ORT absorbs them into others.
+"""Kernels a whole model does not execute on their own: the runtime absorbs them.
 
 The partitioner splits a model by the backend's fusion rules, which are detected on
 small test graphs whose last op is the graph output. ORT (graph optimisation ALL)
@@ -62,9 +62,15 @@ FOLDED_ACTIVATIONS: dict[str, frozenset[str]] = {
 
 #: backend id → weightless single-op kernel types of which it runs one per input tensor
 #: and attributes (activations and poolings)
+_WEIGHTLESS = frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "relu",
+                         "relu6", "gelu", "swish", "avgpool", "maxpool", "gap"})
 MERGED_TYPES: dict[str, frozenset[str]] = {
-    "ort-cpu": frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "relu",
-                          "relu6", "gelu", "swish", "avgpool", "maxpool", "gap"}),
+    "ort-cpu": _WEIGHTLESS,
+    # the .tflite converter eliminates common subexpressions when it writes the model
+    # (a NASBench-201 variant with 47 average pools and 5 relus in its graph: 32
+    # AVERAGE_POOL_2D and 2 RELU ops in the .tflite file)
+    "litert-cpu": _WEIGHTLESS,
+    "litert-cpu-ref": _WEIGHTLESS,
 }
 
 #: kernel families whose kernels can take a folded activation as their epilogue

@@ -100,3 +100,5 @@ def test_duplicate_poolings_of_one_tensor_merge_unless_their_attributes_differ()
     ab = absorbed_kernels(g, ks, "ort-cpu")
     assert ab.get(idx["p2"]) == idx["p1"]
     assert idx["p1"] not in ab and idx["p3"] not in ab
+    # the .tflite converter merges the same duplicates (but folds no activation)
+    assert absorbed_kernels(g, ks, "litert-cpu") == {idx["p2"]: idx["p1"]}
