@@ -101,17 +101,24 @@ def test_predictor_lifts_kernels_to_their_streaming_time(data_dir, tmp_path):
     assert cold.predict_many([g])[0] == pytest.approx(rep.total_ms)
 
 
-def test_models_that_fit_in_the_last_level_cache_keep_hot_weights(data_dir, tmp_path):
+def _two_convs(data_dir, tmp_path):
+    """(copied dataset dir, its KernelDataset, a two-conv graph, its prediction without
+    a streaming rate, the conv kernels' feature names)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
     d = tmp_path / "copy"
     shutil.copytree(data_dir, d)
-    ds = KernelDataset(d, "ort-cpu")
     b = GraphBuilder("m", (1, 16, 56, 56))
+    # a conv with few weights and much work per weight (1x1 at 56x56), then one with
+    # many weights and little work per weight (3x3, stride 8, 7x7 output)
     g = b.build([b.relu(b.bn(b.conv(b.relu(b.bn(b.conv(b.x, 16, kernel=1))), 512,
                                     stride=8)))])
     hot = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False)
-    from nnmeter.kernels import KERNEL_TYPES
+    return d, KernelDataset(d, "ort-cpu"), g, hot, KERNEL_TYPES.get("conv-bn-relu").feature_names
 
-    names = KERNEL_TYPES.get("conv-bn-relu").feature_names
+
+def test_models_that_fit_in_the_last_level_cache_keep_hot_weights(data_dir, tmp_path):
+    d, ds, g, hot, names = _two_convs(data_dir, tmp_path)
     moved = sum(r.features[names.index("bytes")] for r in hot.rows)
     rate = 1e3  # a floor far above every estimate
     for llc, lifted in ((moved * 2, False), (moved / 2, True)):
@@ -126,16 +133,7 @@ def test_last_level_cache_is_read_from_the_os_or_unknown():
 
 
 def test_refetch_adds_the_weight_fetch_to_kernels_that_reuse_weights(data_dir, tmp_path):
-    d = tmp_path / "copy"
-    shutil.copytree(data_dir, d)
-    ds = KernelDataset(d, "ort-cpu")
-    b = GraphBuilder("m", (1, 16, 56, 56))
-    g = b.build([b.relu(b.bn(b.conv(b.relu(b.bn(b.conv(b.x, 16, kernel=1))), 512,
-                                    stride=8)))])
-    hot = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False)
-    from nnmeter.kernels import KERNEL_TYPES
-
-    names = KERNEL_TYPES.get("conv-bn-relu").feature_names
+    d, ds, g, hot, names = _two_convs(data_dir, tmp_path)
     rate = 5e5
     # every kernel fits the cache alone (measured hot), the model overflows it
     moved = [r.features[names.index("bytes")] for r in hot.rows]
