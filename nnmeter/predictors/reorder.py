@@ -14,7 +14,7 @@ dwconv input (H×W×C)        elements    ns per element
 =========================  ==========  ==================
 
 Past a few MB a reorder's scattered writes leave the caches and it costs four times the
-relu line, so the single-kernel times of large convolutions kept about 1.6 ms of
+relu line, so the single-kernel times of large convolutions kept about 1.4 ms of
 reorders that the model does not execute (a 7x7 depthwise convolution over
 128×128×144: 3.73 ms alone less the line's reorders, 2.35 ms for its ``nchwc.Conv``
 node).
