@@ -368,30 +368,34 @@ class LatencyPredictor:
                 add_slot(slot)
             slots.append(row_slots)
         preds: dict[str, list[float]] = {}
-        # the same kernels lifted to their cold-weight floor, for graphs whose memory
-        # traffic overflows the last-level cache (nnmeter.predictors.weight_stream)
-        cold: dict[str, list[float]] = {}
+        ys: dict[str, np.ndarray] = {}
         for key, (rows, _) in jobs.items():
             col = 1 if key == FALLBACK_KEY else 0
             X = np.vstack([hit[col] for hit in rows])
-            y = self.regressors[key].predict(X)
-            preds[key] = y.tolist()
-            if self._stream_rate:
+            ys[key] = self.regressors[key].predict(X)
+            preds[key] = ys[key].tolist()
+        # graphs whose memory traffic overflows the last-level cache read their weights
+        # from memory (nnmeter.predictors.weight_stream); only they need the cold times
+        llc = self._stream_llc
+        is_cold: dict[int, bool] = {}
+        for r in slots:  # graphs of one structure share their slot list: once each
+            if id(r) not in is_cold:
+                is_cold[id(r)] = bool(self._stream_rate) and sum(s[3] for s in r) > llc
+        cold: dict[str, list[float]] = {}
+        if any(is_cold.values()):
+            for key, (rows, _) in jobs.items():
                 n = len(rows)
                 cold[key] = refetch_many_ms(
-                    np.maximum(y, 0.0), np.fromiter((hit[3] for hit in rows), float, n),
+                    np.maximum(ys[key], 0.0), np.fromiter((hit[3] for hit in rows), float, n),
                     kernel_bytes=np.fromiter((hit[1][1] for hit in rows), float, n),
-                    llc_bytes=self._stream_llc,
+                    llc_bytes=llc,
                     streams=np.fromiter((hit[4] or not self._stream_refetch for hit in rows),
                                         bool, n)).tolist()
         hows = {key: ("regressor" if key.startswith("type:") else key) for key in jobs}
-        llc = self._stream_llc
         out: dict[int, list[tuple[float, str, np.ndarray]]] = {}
         for row_slots in slots:
             if id(row_slots) not in out:
-                use = preds
-                if cold and sum(s[3] for s in row_slots) > llc:
-                    use = cold
+                use = cold if is_cold[id(row_slots)] else preds
                 out[id(row_slots)] = [(use[key][i], hows[key], raw)
                                       for key, i, raw, _ in row_slots]
         return [out[id(row_slots)] for row_slots in slots]  # shared lists: read only

@@ -75,9 +75,16 @@ REORDER_OPS = {"com.microsoft.nchwc.ReorderInput": "in",
 logger = logging.getLogger(__name__)
 
 
+#: the curve's per-element cost in this range of elements (the tensor still in the
+#: caches) is the reference that :func:`reorder_ms` scales the line by
+IN_CACHE_ELEMENTS = (50_000, 1_000_000)
+
+
 def fit_reorder_curve(points: list[tuple[int, float]], *, bins: int = 16) -> dict[str, Any]:
     """Knots (log elements, log ms) of the reorder cost: median of each log-spaced bin
-    of elements, made non-decreasing.
+    of elements, made non-decreasing; and ``in_cache_ms_per_element``, the median
+    per-element cost of the knots inside :data:`IN_CACHE_ELEMENTS` (of all knots when
+    none is), which :func:`reorder_ms` scales the relu line against.
 
     Raises
     ------
@@ -96,7 +103,11 @@ def fit_reorder_curve(points: list[tuple[int, float]], *, bins: int = 16) -> dic
             kx.append(float(np.median(x[m])))
             ky.append(float(np.median(y[m])))
     ky = list(np.maximum.accumulate(ky))
-    return {"log_elements": kx, "log_ms": ky, "points": len(pts)}
+    lo, hi = (math.log(v) for v in IN_CACHE_ELEMENTS)
+    inside = [(a, b) for a, b in zip(kx, ky) if lo <= a <= hi] or list(zip(kx, ky))
+    ref = float(np.median([math.exp(b - a) for a, b in inside]))
+    return {"log_elements": kx, "log_ms": ky, "points": len(pts),
+            "in_cache_ms_per_element": ref}
 
 
 def _curve_ms(curve: dict[str, Any], elements: float) -> float:
@@ -212,15 +223,11 @@ def read_reorders(dataset: Any) -> dict[str, Any] | None:
     if record is None:
         return None
     curve = record.get("curve") or {}
-    if not curve.get("log_elements") or len(curve["log_elements"]) != len(curve.get("log_ms", ())):
+    if not curve.get("log_elements") or len(curve["log_elements"]) != len(curve.get("log_ms", ())) \
+            or not curve.get("in_cache_ms_per_element"):
         raise DatasetError(f"{Path(dataset.directory) / REORDER_FILE} has no usable 'curve'; "
                            f"profile it again")
     return curve
-
-
-#: the curve's per-element cost in this range of elements (the tensor still in the
-#: caches) is the reference that :func:`reorder_ms` scales the line by
-IN_CACHE_ELEMENTS = (50_000, 1_000_000)
 
 
 def reorder_ms(curve: dict[str, Any], elements: float,
@@ -235,13 +242,8 @@ def reorder_ms(curve: dict[str, Any], elements: float,
         return _curve_ms(curve, elements)
     if elements <= 0:
         return 0.0
-    ref = curve.get("_ref")
-    if ref is None:
-        lo, hi = (math.log(v) for v in IN_CACHE_ELEMENTS)
-        xs = [x for x in curve["log_elements"] if lo <= x <= hi] or curve["log_elements"]
-        ref = curve["_ref"] = float(np.median([_curve_ms(curve, math.exp(x)) / math.exp(x)
-                                               for x in xs]))
     scale = 1.0
     if elements > IN_CACHE_ELEMENTS[1]:
+        ref = curve["in_cache_ms_per_element"]
         scale = max(1.0, _curve_ms(curve, elements) / elements / ref)
     return (line[0] + line[1] * elements) * scale
