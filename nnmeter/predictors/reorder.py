@@ -103,11 +103,12 @@ def fit_reorder_curve(points: list[tuple[int, float]], *, bins: int = 16) -> dic
             kx.append(float(np.median(x[m])))
             ky.append(float(np.median(y[m])))
     ky = list(np.maximum.accumulate(ky))
+    curve: dict[str, Any] = {"log_elements": kx, "log_ms": ky, "points": len(pts)}
     lo, hi = (math.log(v) for v in IN_CACHE_ELEMENTS)
-    inside = [(a, b) for a, b in zip(kx, ky) if lo <= a <= hi] or list(zip(kx, ky))
-    ref = float(np.median([math.exp(b - a) for a, b in inside]))
-    return {"log_elements": kx, "log_ms": ky, "points": len(pts),
-            "in_cache_ms_per_element": ref}
+    xs = [a for a in kx if lo <= a <= hi] or kx
+    curve["in_cache_ms_per_element"] = float(np.median(
+        [_curve_ms(curve, math.exp(a)) / math.exp(a) for a in xs]))
+    return curve
 
 
 def _curve_ms(curve: dict[str, Any], elements: float) -> float:
