@@ -7,12 +7,16 @@ Two parts, both from the datasets on disk (no new measurements):
 2. a fresh evaluation: train on the train+val splits of each type, report ±5/±10 %
    accuracy, MAPE on the test split (configs the sampler never used), for the random
    forest (log time per unit work, the default), the plain log-latency forest and
-   LightGBM.
+   LightGBM; and "shipped": the regressor and data source the predictor really uses
+   for the type (``predictor.json``: LightGBM or the forest, trained on the type's own
+   rows or pooled with its family's, e.g. every ``conv-*`` row), trained the same way
+   without the test rows.
 Next to it, the noise floor of any accuracy figure: the median relative spread between
 the protocol's rounds of the stored rows, and, with ``--remeasure N`` (run it under the
 measurement lock), the share of up to N test configurations per type whose fresh
 measurement (a new worker process, minutes or hours later) repeats the stored one
-within ±10 % / ±5 %.
+within ±10 % / ±5 %. ``--repeat-from JSON`` reuses the repeatability columns of an
+earlier ``--remeasure`` run.
 """
 
 from __future__ import annotations
@@ -30,13 +34,18 @@ def main() -> None:
     ap.add_argument("--json", default="experiments/results/kernel_accuracy.json")
     ap.add_argument("--remeasure", type=int, default=0, metavar="N",
                     help="re-measure up to N test configs per type for repeatability")
+    ap.add_argument("--repeat-from", default=None, metavar="JSON",
+                    help="take the repeatability columns from an earlier --remeasure run's "
+                         "JSON output instead of measuring again")
     args = ap.parse_args()
+    earlier = json.loads(Path(args.repeat_from).read_text()) if args.repeat_from else {}
     from nnmeter.evaluate import evaluate
     from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors import available_predictors
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
     from nnmeter.predictors.regressors import make_regressor
     from nnmeter.predictors.train import load_kernel_data, work_feature
+    from nnmeter.predictors.train import CHOICE_FILE, _family_of
     from nnmeter.sampling.adaptive import split_of
 
     out = {}
@@ -44,21 +53,31 @@ def main() -> None:
         ds = KernelDataset(kernel_dataset_dir(b), b)
         res = {"rounds": [r for r in ds.rounds() if r.get("round", 0) > 0], "types": {}}
         print(f"\n== {b} ==")
+        choice_path = ds.directory / CHOICE_FILE
+        choice = json.loads(choice_path.read_text()) if choice_path.exists() else {}
+        regressor_of = choice.get("regressor", {})
+        source_of = choice.get("source", {})
         print(f"{'kernel type':22s} {'n':>5s} {'test':>5s} {'rf ±10%':>8s} {'rf ±5%':>7s} "
-              f"{'MAPE%':>6s} {'rf-raw':>7s} {'lgbm':>6s} {'spread%':>8s} {'repeat ±10/±5%':>15s}")
+              f"{'MAPE%':>6s} {'rf-raw':>7s} {'lgbm':>6s} {'shipped ±10/±5%':>22s} "
+              f"{'spread%':>8s} {'repeat ±10/±5%':>15s}")
+        # every type's rows and split, for the family-pooled "shipped" regressors
+        loaded = {}
+        for t in ds.kernel_types():
+            d = load_kernel_data(ds, t)
+            if d is None:
+                continue
+            kt = KERNEL_TYPES.get(t)
+            loaded[t] = (d, kt, np.array([split_of(kt.config_to_dict(c), o)
+                                          for c, o in zip(d.configs, d.origins)]))
         prof = None
         if args.remeasure:
             from nnmeter.backends import Profiler
             from nnmeter.builder import DEFAULT_PROTOCOL
 
             prof = Profiler(b)
-        for t in ds.kernel_types():
-            d = load_kernel_data(ds, t)
-            if d is None or len(d) < 20:
+        for t, (d, kt, split) in loaded.items():
+            if len(d) < 20:
                 continue
-            kt = KERNEL_TYPES.get(t)
-            split = np.array([split_of(kt.config_to_dict(c), o) for c, o in
-                              zip(d.configs, d.origins)])
             tr, te = split != "test", split == "test"
             if te.sum() < 3:
                 continue
@@ -70,6 +89,23 @@ def main() -> None:
             ):
                 pred = reg.fit(d.X[tr], d.y[tr]).predict(d.X[te])
                 row[name] = evaluate(pred, d.y[te]).as_dict()
+            # as the predictor trains it: the regressor and the data source (own rows, or
+            # pooled with the family's other types) that choose_regressors picked,
+            # trained on every non-test row
+            fam = _family_of(t)
+            if source_of.get(t) == "family":
+                members = [m for m, (md, _, _) in loaded.items()
+                           if _family_of(m) == fam and md.X.shape[1] == d.X.shape[1]]
+                kind = fam
+            else:
+                members, kind = [t], t
+            X = np.vstack([loaded[m][0].X[loaded[m][2] != "test"] for m in members])
+            y = np.concatenate([loaded[m][0].y[loaded[m][2] != "test"] for m in members])
+            reg = make_regressor(kind, regressor_of.get(kind, "rf"),
+                                 norm_feature=work_feature(kt))
+            row["shipped"] = evaluate(reg.fit(X, y).predict(d.X[te]), d.y[te]).as_dict()
+            row["shipped_as"] = f"{regressor_of.get(kind, 'rf')}" + (
+                f" on {fam}-*" if source_of.get(t) == "family" else "")
             spreads = [r.get("spread") for r in ds.rows(t) if r.get("spread") is not None]
             row["median_spread_percent"] = 100 * float(np.median(spreads)) if spreads else None
             rep = ""
@@ -88,10 +124,17 @@ def main() -> None:
                     row["repeat_acc5"] = float(np.mean(r <= 0.05))
                     row["repeat_n"] = len(pairs)
                     rep = f"{100*row['repeat_acc10']:7.0f}/{100*row['repeat_acc5']:.0f} (n={len(pairs)})"
+            elif earlier.get(b, {}).get("types", {}).get(t, {}).get("repeat_n"):
+                e = earlier[b]["types"][t]
+                for k in ("repeat_acc10", "repeat_acc5", "repeat_n"):
+                    row[k] = e[k]
+                rep = f"{100*row['repeat_acc10']:7.0f}/{100*row['repeat_acc5']:.0f} (n={row['repeat_n']})"
             res["types"][t] = row
             print(f"{t:22s} {row['n']:5d} {row['n_test']:5d} {100*row['rf']['acc10']:8.1f} "
                   f"{100*row['rf']['acc5']:7.1f} {row['rf']['mape_percent']:6.1f} "
                   f"{100*row['rf_raw']['acc10']:7.1f} {100*row['lgbm']['acc10']:6.1f} "
+                  f"{100*row['shipped']['acc10']:5.1f}/{100*row['shipped']['acc5']:4.1f} "
+                  f"{row['shipped_as']:>11s} "
                   f"{row['median_spread_percent'] or float('nan'):8.2f} {rep:>15s}")
         if prof is not None:
             prof.close()

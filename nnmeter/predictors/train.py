@@ -275,7 +275,9 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
       the fused tail as flags) has thousands. Both are scored on the *same* held-out
       rows of the type: its own regressor trained on the other folds, and the family
       regressor trained on the other folds plus every other member's rows. The type
-      keeps its own regressor only when that scores at least as well.
+      keeps its own regressor only when that scores at least as well. The head type
+      itself (``conv``) is scored the same way: in runtimes that fold the tail into
+      the convolution, the fused variants' rows are more convolutions to learn from.
 
     Returns ``{type: {regressor or "family": acc10}}``.
     """
@@ -316,7 +318,9 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
             continue
         for t in sorted(members):
             d = data[t]
-            if len(d) < max(min_type_samples, folds) or t == fam:
+            # the family's own head type (``conv``) is scored too: its rows alone
+            # against them pooled with every fused variant's
+            if len(d) < max(min_type_samples, folds):
                 continue
             others = [data[m] for m in members if m != t and data[m].X.shape[1] == d.X.shape[1]]
             if not others:

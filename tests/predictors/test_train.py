@@ -35,6 +35,10 @@ def data_dir(tmp_path_factory, linear_cost_profiler):
                     prior_configs={"conv-bn-relu": _convs(40), "conv-bn": _convs(40)},
                     kernels=["conv-bn"], progress=False, train=False,
                     max_samples_per_type=35, rounds=0, initial_fraction=1.0)
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
+                    prior_configs={"conv": _convs(40)},
+                    kernels=["conv"], progress=False, train=False,
+                    max_samples_per_type=35, rounds=0, initial_fraction=1.0)
     return kernel_dataset_dir("ort-cpu", root)
 
 
@@ -66,3 +70,27 @@ def test_train_honours_a_family_source(data_dir, tmp_path):
     by = {r.type: r.estimated_by for r in rows}
     assert by == {"conv-bn-relu": "regressor", "conv-bn": "family:conv"}
     assert all(r.predicted_ms > 0 for r in rows)
+
+
+def test_the_head_type_is_scored_against_its_family_too(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    assert len(ds.rows("conv")) >= 30
+    scores = choose_regressors(ds, folds=3, min_samples=100, min_type_samples=30)
+    assert {"own", "family"} <= set(scores["conv"])
+    saved = json.loads((d / "predictor.json").read_text())
+    expect = "family" if scores["conv"]["family"] > scores["conv"]["own"] else None
+    assert saved["source"].get("conv") == expect
+
+
+def test_a_head_type_on_its_family_is_predicted_by_the_family(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    (d / "predictor.json").write_text(json.dumps({"source": {"conv": "family"}}))
+    pred = train_predictor("ort-cpu", d, RULES)
+    assert "type:conv" not in pred.regressors and "family:conv" in pred.regressors
+    b = GraphBuilder("m", (1, 16, 28, 28))
+    rows = pred.predict(b.build([b.conv(b.x, 24)]), check_device=False).rows
+    assert [(r.type, r.estimated_by) for r in rows] == [("conv", "family:conv")]
+    assert rows[0].predicted_ms > 0
