@@ -44,13 +44,20 @@ import numpy as np
 
 from nnmeter.ir.graph import ModelGraph, Node
 
-__all__ = ["NodeCost", "GraphCost", "node_cost", "graph_cost", "bytes_per_element"]
+__all__ = ["NodeCost", "GraphCost", "node_cost", "graph_cost", "bytes_per_element",
+           "flops_per_element"]
 
 _FLOPS_PER_ELEMENT = {
     "bn": 2, "relu": 1, "relu6": 1, "clip": 1, "leakyrelu": 2, "sigmoid": 4, "tanh": 4,
     "swish": 5, "hsigmoid": 3, "hswish": 4, "gelu": 8, "add": 1, "sub": 1, "mul": 1,
     "div": 1, "softmax": 5, "layernorm": 8, "resize": 4,
 }
+
+
+def flops_per_element(op: str) -> int | None:
+    """FLOPs per output element of an elementwise op or activation, as :func:`node_cost`
+    counts them (bn 2, relu 1, add 1...); None for an op counted another way."""
+    return _FLOPS_PER_ELEMENT.get(op)
 
 
 def bytes_per_element(dtype: str) -> int:

@@ -8,15 +8,20 @@ feature vector carries it as flags too (``tail_bn``, one-hot activation, ``tail_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.ir.ops import ACTIVATIONS
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, elementwise_flops,
+    topo_nodes,
+)
 
-__all__ = ["ACT_ONE_HOT", "TAIL_FEATURES", "parse_tail", "TailKernelType", "register_family"]
+__all__ = ["ACT_ONE_HOT", "TAIL_FEATURES", "HeadCost", "parse_tail", "TailKernelType",
+           "register_family"]
 
 #: Activations given their own one-hot column; any other activation sets ``act_other``.
 ACT_ONE_HOT = ("relu", "relu6", "hswish", "hsigmoid", "sigmoid", "swish")
@@ -24,6 +29,10 @@ TAIL_FEATURES = ("tail_bn",) + tuple(f"act_{a}" for a in ACT_ONE_HOT) + (
     "act_other", "tail_add", "tail_post_act")
 
 _ELIDED = ("identity",)
+
+#: a head op in closed form: (FLOPs, params, stored weights, elements read from graph
+#: inputs, output shape); see :meth:`TailKernelType.head_cost`
+HeadCost = tuple[int, int, int, int, tuple[int, ...]]
 
 
 def parse_tail(ops: Sequence[str], *, allow_bn: bool = True,
@@ -71,7 +80,8 @@ class TailKernelType(KernelType):
     """A head op plus a fused tail. Subclasses define the head.
 
     Subclasses set ``family`` (= the head op), ``config_cls``, ``head_feature_names`` and
-    implement :meth:`head_config`, :meth:`head_features` and :meth:`build_head`.
+    implement :meth:`head_config`, :meth:`head_features` and :meth:`build_head`, and
+    :meth:`head_cost` for a closed-form cost.
     """
 
     head_feature_names: tuple[str, ...] = ()
@@ -85,6 +95,11 @@ class TailKernelType(KernelType):
         self.name = "-".join((self.family,) + self.tail)
         self.feature_names = tuple(self.head_feature_names) + tuple(
             ("FLOPs", "params", "bytes")) + TAIL_FEATURES
+        self._tail_flags = tuple(tail_features(self.tail))
+        # the tail in closed form (see analytic_cost): FLOPs per output element, and
+        # how many bn and add ops it holds
+        self._tail_cost = (sum(elementwise_flops(op, 1) for op in self.tail),
+                           self.tail.count("bn"), self.tail.count("add"))
 
     # -- to implement ----------------------------------------------------------
     def head_config(self, head: Node) -> Any:
@@ -100,6 +115,13 @@ class TailKernelType(KernelType):
 
     def input_shape(self, config: Any) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def head_cost(self, config: Any) -> HeadCost | None:
+        """The head op of :meth:`build_graph` in closed form: (FLOPs, params, stored
+        weights, elements it reads from graph inputs, its output shape), as
+        :func:`~nnmeter.ir.cost.node_cost` and shape inference give them; None where
+        there is no closed form or the config is not one it takes. Default: None."""
+        return None
 
     # -- shared ----------------------------------------------------------------
     def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> Any:
@@ -129,10 +151,29 @@ class TailKernelType(KernelType):
             hit = cache[key] = self.head_config(head)
         return hit
 
+    def analytic_cost(self, config: Any) -> KernelCost | None:
+        """The cost of :meth:`build_graph`: :meth:`head_cost` plus the tail's ops, which
+        keep the head's output shape. None when :meth:`head_cost` is None."""
+        head = self.head_cost(config)
+        if head is None:
+            return None
+        flops, params, stored, read, shape = head
+        elements = math.prod(shape)
+        per_element, n_bn, n_add = self._tail_cost
+        if n_bn:  # scale and shift are params; the running stats are stored too
+            params += 2 * n_bn * shape[1]
+            stored += 4 * n_bn * shape[1]
+        # every tail op keeps the head's shape; an add reads a second graph input
+        flops += per_element * elements
+        read += n_add * elements
+        # what a fused kernel moves: graph inputs, stored weights and its one output
+        return KernelCost(flops=flops, params=params,
+                          memory_bytes=(read + stored + elements) * BUILT_BYTES_PER_ELEMENT)
+
     def _features(self, config: Any) -> list[float]:
         c = self.cost(config)
         return [*self.head_features(config), float(c.flops), float(c.params),
-                float(c.memory_bytes), *tail_features(self.tail)]
+                float(c.memory_bytes), *self._tail_flags]
 
     def build_graph(self, config: Any, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, self.input_shape(config))

@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.ir.ops import ACTIVATIONS
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, elementwise_flops, hwc,
+    positive_ints, topo_nodes,
+)
 from nnmeter.kernels.bn import PlaneConfig
 
 __all__ = ["ActivationKernel"]
@@ -43,6 +46,14 @@ class ActivationKernel(KernelType):
     def _features(self, config: PlaneConfig) -> list[float]:
         n = config.h * config.w * config.cin
         return [config.h, config.w, config.cin, n, self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: PlaneConfig) -> KernelCost | None:
+        c = config
+        if not positive_ints(c.h, c.w, c.cin):
+            return None
+        n = c.cin * c.h * c.w
+        return KernelCost(flops=elementwise_flops(self.op, n), params=0,
+                          memory_bytes=2 * n * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: PlaneConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.kernels._tail import TailKernelType, register_family
-from nnmeter.kernels.base import hwc
+from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
+from nnmeter.kernels.base import elementwise_flops, hwc, positive_ints
 
 __all__ = ["AddConfig", "AddKernel"]
 
@@ -49,6 +49,16 @@ class AddKernel(TailKernelType):
 
     def input_shape(self, config: AddConfig) -> tuple[int, ...]:
         return (1, config.cin, config.h, config.w)
+
+    def head_cost(self, config: AddConfig) -> HeadCost | None:
+        c = config
+        if not (positive_ints(c.h, c.w, c.cin) and type(c.const) is bool):
+            return None
+        n = c.cin * c.h * c.w
+        flops = elementwise_flops("add", n)
+        if c.const:  # a stored constant of x's shape
+            return flops, n, n, n, (1, c.cin, c.h, c.w)
+        return flops, 0, 0, 2 * n, (1, c.cin, c.h, c.w)  # two graph inputs
 
     def build_head(self, b: GraphBuilder, config: AddConfig) -> Ref:
         shape = self.input_shape(config)

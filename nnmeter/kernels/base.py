@@ -11,9 +11,14 @@ fusion (nn-Meter). A *kernel type* (``conv-bn-relu``, ``gap``, ``concat``...) ow
 - ``build_graph(config)``: a single-kernel ModelGraph, what the builder profiles,
 - ``config_to_dict`` / ``config_from_dict``: JSON round trip of a config.
 
-Feature vectors include cost figures from :mod:`nnmeter.ir.cost` computed on the
-single-kernel graph that ``build_graph`` makes, so features and profiled models can
-never disagree about FLOPs or bytes.
+Feature vectors include cost figures from :mod:`nnmeter.ir.cost` of the single-kernel
+graph that ``build_graph`` makes, so features and profiled models can never disagree
+about FLOPs or bytes. Building that graph (builder, networkx, shape inference) for
+every new config was most of the time of predicting a model of unseen configs, so a
+type may give the same figures in closed form (:meth:`KernelType.analytic_cost`):
+integer arithmetic equal to ``kernel_cost(build_graph(config))`` bit for bit
+(tests/kernels check it on every stored config and on the zoo's kernels). Types
+without one build the graph.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.ir.cost import bytes_per_element, node_cost
+from nnmeter.ir.cost import bytes_per_element, flops_per_element, node_cost
 from nnmeter.ir.graph import ModelGraph, Node
 from nnmeter.registry import Registry
 
@@ -39,6 +44,10 @@ __all__ = [
     "kernel_cost",
     "hwc",
     "topo_nodes",
+    "BUILT_BYTES_PER_ELEMENT",
+    "positive_ints",
+    "int_tuple",
+    "elementwise_flops",
 ]
 
 
@@ -127,6 +136,37 @@ def kernel_cost(graph: ModelGraph) -> KernelCost:
             read += math.prod(node.output_shape) * bpe
     written = sum(math.prod(graph.shape_of(r)) for r in graph.outputs) * bpe
     return KernelCost(flops=flops, params=params, memory_bytes=read + weights_bytes + written)
+
+
+#: bytes per element of every graph ``build_graph`` makes (GraphBuilder's float32)
+BUILT_BYTES_PER_ELEMENT = bytes_per_element("float32")
+
+
+def positive_ints(*values: Any) -> bool:
+    """True when every value is a plain ``int`` above 0.
+
+    Closed-form costs take only such configs: anything else (a numpy integer, a float,
+    a size of 0) goes through the built graph, which gives its own result or error."""
+    for v in values:
+        if type(v) is not int or v <= 0:
+            return False
+    return True
+
+
+def int_tuple(value: Any, length: int | None = None) -> bool:
+    """True when ``value`` is a tuple of plain ints (of ``length`` items, if given)."""
+    if type(value) is not tuple or (length is not None and len(value) != length):
+        return False
+    for v in value:
+        if type(v) is not int:
+            return False
+    return True
+
+
+def elementwise_flops(op: str, elements: int) -> int:
+    """FLOPs of elementwise op ``op`` over ``elements`` outputs, as ``node_cost`` counts
+    them (0 for an op its table does not list)."""
+    return (flops_per_element(op) or 0) * elements
 
 
 def hwc(shape: Sequence[int]) -> tuple[int, int, int]:
@@ -272,13 +312,30 @@ class KernelType:
         raise NotImplementedError
 
     def cost(self, config: Any) -> KernelCost:
-        """Cost of the single-kernel graph of ``config`` (cached per config)."""
-        cache = self.__dict__.setdefault("_cost_cache", {})
-        if config not in cache:
+        """Cost of the single-kernel graph of ``config`` (cached per config): its
+        :meth:`analytic_cost`, or the cost of the built graph where that is None.
+
+        Raises whatever ``build_graph`` raises for a config it cannot build."""
+        cache = self.__dict__.get("_cost_cache")
+        if cache is None:
+            cache = self.__dict__["_cost_cache"] = {}
+        hit = cache.get(config)
+        if hit is None:
+            hit = self.analytic_cost(config)
+            if hit is None:
+                hit = kernel_cost(self.build_graph(config, validate=False))
             if len(cache) > 4096:
                 cache.clear()
-            cache[config] = kernel_cost(self.build_graph(config, validate=False))
-        return cache[config]
+            cache[config] = hit
+        return hit
+
+    def analytic_cost(self, config: Any) -> KernelCost | None:
+        """``kernel_cost(self.build_graph(config, validate=False))`` in closed form,
+        without building the graph; None where this type has no closed form or the
+        config is one it does not take (see :func:`positive_ints`), so that
+        :meth:`cost` builds the graph. Subclasses that override it must match the
+        graph's figures exactly: regressors trained on them read them as features."""
+        return None
 
     def config_to_dict(self, config: Any) -> dict[str, Any]:
         """JSON-able dict of ``config`` (tuples become lists)."""

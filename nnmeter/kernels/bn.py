@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.kernels._tail import TailKernelType, register_family
-from nnmeter.kernels.base import hwc
+from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
+from nnmeter.kernels.base import elementwise_flops, hwc, positive_ints
 
 __all__ = ["PlaneConfig", "BNKernel"]
 
@@ -46,6 +46,14 @@ class BNKernel(TailKernelType):
 
     def input_shape(self, config: PlaneConfig) -> tuple[int, ...]:
         return (1, config.cin, config.h, config.w)
+
+    def head_cost(self, config: PlaneConfig) -> HeadCost | None:
+        c = config
+        if not positive_ints(c.h, c.w, c.cin):
+            return None
+        n = c.cin * c.h * c.w
+        # scale and shift are params; the running mean and variance are stored too
+        return elementwise_flops("bn", n), 2 * c.cin, 4 * c.cin, n, (1, c.cin, c.h, c.w)
 
     def build_head(self, b: GraphBuilder, config: PlaneConfig) -> Ref:
         return b.bn(b.x, name="bn")

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, hwc, positive_ints,
+    topo_nodes,
+)
 
 __all__ = ["ShuffleConfig", "ChannelShuffleKernel"]
 
@@ -49,6 +52,14 @@ class ChannelShuffleKernel(KernelType):
     def _features(self, config: ShuffleConfig) -> list[float]:
         return [config.h, config.w, config.cin, config.groups,
                 self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: ShuffleConfig) -> KernelCost | None:
+        c = config
+        if not positive_ints(c.h, c.w, c.cin, c.groups) or c.cin % c.groups:
+            return None
+        # data movement only: the input read and the output written
+        return KernelCost(flops=0, params=0,
+                          memory_bytes=2 * c.cin * c.h * c.w * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: ShuffleConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("channelshuffle", (1, config.cin, config.h, config.w))

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, hwc, positive_ints,
+    topo_nodes,
+)
 
 __all__ = ["ConcatConfig", "ConcatKernel"]
 
@@ -46,6 +49,14 @@ class ConcatKernel(KernelType):
         cins = list(config.cins)
         slots = cins[:3] + [sum(cins[3:])] if len(cins) > 4 else cins + [0] * (4 - len(cins))
         return [config.h, config.w, len(cins), *slots, sum(cins)]
+
+    def analytic_cost(self, config: ConcatConfig) -> KernelCost | None:
+        c = config
+        if not (type(c.cins) is tuple and c.cins and positive_ints(c.h, c.w, *c.cins)):
+            return None
+        # every input read, the concatenation written: twice the output's elements
+        n = sum(c.cins) * c.h * c.w
+        return KernelCost(flops=0, params=0, memory_bytes=2 * n * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: ConcatConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("concat", (1, config.cins[0], config.h, config.w))

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder, same_pads
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.kernels._tail import TailKernelType, register_family
+from nnmeter.ir.shapes import conv_out_size
+from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
+from nnmeter.kernels.base import int_tuple, positive_ints
 
 __all__ = ["ConvConfig", "ConvKernel"]
 
@@ -57,6 +59,23 @@ class ConvKernel(TailKernelType):
 
     def input_shape(self, config: ConvConfig) -> tuple[int, ...]:
         return (1, config.cin, config.h, config.w)
+
+    def head_cost(self, config: ConvConfig) -> HeadCost | None:
+        c = config
+        k = c.kernel
+        if not positive_ints(c.h, c.w, c.cin, c.cout, k, c.stride, c.groups) or \
+                c.cin % c.groups:
+            return None
+        pads = same_pads(k) if c.pads is None else c.pads
+        if not int_tuple(pads, 4):
+            return None
+        ho = conv_out_size(c.h, k, c.stride, pads[0], pads[2])
+        wo = conv_out_size(c.w, k, c.stride, pads[1], pads[3])
+        if ho <= 0 or wo <= 0:
+            return None  # the graph path raises its ShapeInferenceError
+        weights = c.cout * (c.cin // c.groups) * k * k
+        params = weights + c.cout  # with bias
+        return 2 * weights * ho * wo, params, params, c.cin * c.h * c.w, (1, c.cout, ho, wo)
 
     def build_head(self, b: GraphBuilder, config: ConvConfig) -> Ref:
         return b.conv(b.x, config.cout, config.kernel, config.stride, groups=config.groups,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.kernels._tail import TailKernelType, register_family
+from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
+from nnmeter.kernels.base import positive_ints
 
 __all__ = ["ConvTransposeConfig", "ConvTransposeKernel"]
 
@@ -48,6 +49,24 @@ class ConvTransposeKernel(TailKernelType):
 
     def input_shape(self, config: ConvTransposeConfig) -> tuple[int, ...]:
         return (1, config.cin, config.h, config.w)
+
+    def head_cost(self, config: ConvTransposeConfig) -> HeadCost | None:
+        c = config
+        k, s = c.kernel, c.stride
+        if not positive_ints(c.h, c.w, c.cin, c.cout, k, s):
+            return None
+        # GraphBuilder.convtranspose: pads (k-1)//2 on every side, and an output padding
+        # of s-1 for odd kernels, so that the output is s times the input
+        pad = (k - 1) // 2
+        extra = s - 1 if k % 2 else 0
+        ho = (c.h - 1) * s - 2 * pad + (k - 1) + 1 + extra
+        wo = (c.w - 1) * s - 2 * pad + (k - 1) + 1 + extra
+        if ho <= 0 or wo <= 0:
+            return None  # the graph path raises its ShapeInferenceError
+        weights = c.cin * c.cout * k * k
+        params = weights + c.cout  # with bias
+        # each input pixel is multiplied by the whole filter: MACs over the input plane
+        return 2 * weights * c.h * c.w, params, params, c.cin * c.h * c.w, (1, c.cout, ho, wo)
 
     def build_head(self, b: GraphBuilder, config: ConvTransposeConfig) -> Ref:
         return b.convtranspose(b.x, config.cout, config.kernel, config.stride,

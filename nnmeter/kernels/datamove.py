@@ -21,7 +21,10 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, int_tuple, positive_ints,
+    topo_nodes,
+)
 
 __all__ = ["MoveConfig", "DataMoveKernel", "DATA_MOVE_OPS"]
 
@@ -55,6 +58,24 @@ class DataMoveKernel(KernelType):
     def _features(self, config: MoveConfig) -> list[float]:
         return [math.prod(config.in_shape), len(config.in_shape), len(config.out_shape),
                 self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: MoveConfig) -> KernelCost | None:
+        c = config
+        if not (int_tuple(c.in_shape) and c.in_shape and positive_ints(*c.in_shape)):
+            return None
+        n = math.prod(c.in_shape)
+        if self.op == "reshape":
+            if not (int_tuple(c.out_shape) and math.prod(c.out_shape) == n):
+                return None
+        elif self.op == "flatten":
+            if type(c.axis) is not int:
+                return None
+        elif self.op == "transpose":
+            rank = len(c.in_shape)
+            if not int_tuple(c.perm) or (c.perm and sorted(c.perm) != list(range(rank))):
+                return None
+        # every op here keeps the element count: the input read, the output written
+        return KernelCost(flops=0, params=0, memory_bytes=2 * n * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: MoveConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, config.in_shape)

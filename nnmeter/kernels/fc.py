@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.kernels._tail import TailKernelType, register_family
+from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
+from nnmeter.kernels.base import positive_ints
 
 __all__ = ["FCConfig", "FCKernel"]
 
@@ -46,6 +47,14 @@ class FCKernel(TailKernelType):
 
     def input_shape(self, config: FCConfig) -> tuple[int, ...]:
         return (config.rows, config.cin)
+
+    def head_cost(self, config: FCConfig) -> HeadCost | None:
+        c = config
+        if not positive_ints(c.cin, c.cout, c.rows):
+            return None
+        weights = c.cin * c.cout
+        params = weights + c.cout  # with bias
+        return 2 * weights * c.rows, params, params, c.rows * c.cin, (c.rows, c.cout)
 
     def build_head(self, b: GraphBuilder, config: FCConfig) -> Ref:
         return b.fc(b.x, config.cout, name="fc")

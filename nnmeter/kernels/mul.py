@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, elementwise_flops, hwc,
+    positive_ints, topo_nodes,
+)
 
 __all__ = ["MulConfig", "MulKernel", "OPERANDS"]
 
@@ -57,6 +60,23 @@ class MulKernel(KernelType):
         return [config.h, config.w, config.cin,
                 *(1.0 if config.operand == o else 0.0 for o in OPERANDS),
                 self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: MulConfig) -> KernelCost | None:
+        c = config
+        if not positive_ints(c.h, c.w, c.cin):
+            return None
+        n = c.cin * c.h * c.w
+        params = 0
+        if c.operand == "const":  # a stored constant of x's shape
+            params = read = n
+        elif c.operand == "channel":  # a second graph input of (1, C, 1, 1)
+            read = n + c.cin
+        elif c.operand == "same":  # a second graph input of x's shape
+            read = 2 * n
+        else:
+            return None
+        return KernelCost(flops=elementwise_flops("mul", n), params=params,
+                          memory_bytes=(read + params + n) * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: MulConfig, *, validate: bool = True) -> ModelGraph:
         shape = (1, config.cin, config.h, config.w)

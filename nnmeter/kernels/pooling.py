@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.ir.shapes import pool_out_size
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, hwc, int_tuple,
+    positive_ints, topo_nodes,
+)
 from nnmeter.kernels.bn import PlaneConfig
 
 __all__ = ["PoolConfig", "PoolKernel", "GapKernel"]
@@ -56,6 +60,22 @@ class PoolKernel(KernelType):
         return [config.h, config.w, config.cin, config.kernel, config.stride,
                 cost.flops, cost.memory_bytes]
 
+    def analytic_cost(self, config: PoolConfig) -> KernelCost | None:
+        c = config
+        k = c.kernel
+        if not (positive_ints(c.h, c.w, c.cin, k, c.stride) and int_tuple(c.pads, 4)
+                and type(c.ceil_mode) is bool):
+            return None
+        ho = pool_out_size(c.h, k, c.stride, c.pads[0], c.pads[2], c.ceil_mode)
+        wo = pool_out_size(c.w, k, c.stride, c.pads[1], c.pads[3], c.ceil_mode)
+        if ho <= 0 or wo <= 0:
+            return None  # the graph path raises its ShapeInferenceError
+        out = c.cin * ho * wo
+        # one FLOP per window element; the average also divides once per output
+        flops = out * k * k + (out if self.op == "avgpool" else 0)
+        return KernelCost(flops=flops, params=0,
+                          memory_bytes=(c.cin * c.h * c.w + out) * BUILT_BYTES_PER_ELEMENT)
+
     def build_graph(self, config: PoolConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))
         pool = b.maxpool if self.op == "maxpool" else b.avgpool
@@ -77,6 +97,15 @@ class GapKernel(KernelType):
     def _features(self, config: PlaneConfig) -> list[float]:
         cost = self.cost(config)
         return [config.h, config.w, config.cin, cost.flops, cost.memory_bytes]
+
+    def analytic_cost(self, config: PlaneConfig) -> KernelCost | None:
+        c = config
+        if not positive_ints(c.h, c.w, c.cin):
+            return None
+        n = c.cin * c.h * c.w
+        # one FLOP per element read plus one per (1, C, 1, 1) output
+        return KernelCost(flops=n + c.cin, params=0,
+                          memory_bytes=(n + c.cin) * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: PlaneConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("gap", (1, config.cin, config.h, config.w))

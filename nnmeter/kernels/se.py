@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.ir.ops import ACTIVATIONS
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, elementwise_flops, hwc,
+    positive_ints, topo_nodes,
+)
 
 __all__ = ["SEConfig", "SEKernel"]
 
@@ -57,6 +60,22 @@ class SEKernel(KernelType):
         cost = self.cost(config)
         return [config.h, config.w, config.cin, config.mid, cost.flops, cost.params,
                 cost.memory_bytes]
+
+    def analytic_cost(self, config: SEConfig) -> KernelCost | None:
+        c = config
+        if not (positive_ints(c.h, c.w, c.cin, c.mid) and c.inner_act in ACTIVATIONS
+                and c.gate in ACTIVATIONS):
+            return None
+        n = c.cin * c.h * c.w
+        squeeze = n + c.cin  # gap: one FLOP per element read plus one per output
+        fc1, fc2 = c.mid * c.cin, c.cin * c.mid  # the two 1x1 convolutions' weights
+        flops = (squeeze + 2 * fc1 + elementwise_flops(c.inner_act, c.mid) + 2 * fc2
+                 + elementwise_flops(c.gate, c.cin) + elementwise_flops("mul", n))
+        params = fc1 + c.mid + fc2 + c.cin  # with biases
+        # the block input read once (gap and mul read the same graph input), the output
+        # written
+        return KernelCost(flops=flops, params=params,
+                          memory_bytes=(n + params + n) * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: SEConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("se", (1, config.cin, config.h, config.w))

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, hwc, topo_nodes
+from nnmeter.kernels.base import (
+    BUILT_BYTES_PER_ELEMENT, KERNEL_TYPES, KernelCost, KernelType, hwc, positive_ints,
+    topo_nodes,
+)
 
 __all__ = ["SplitConfig", "SplitKernel"]
 
@@ -43,6 +46,15 @@ class SplitKernel(KernelType):
     def _features(self, config: SplitConfig) -> list[float]:
         return [config.h, config.w, config.cin, len(config.sizes),
                 self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: SplitConfig) -> KernelCost | None:
+        c = config
+        if not (type(c.sizes) is tuple and c.sizes and positive_ints(c.h, c.w, c.cin, *c.sizes)
+                and sum(c.sizes) == c.cin):
+            return None
+        # the input read, every part written: twice the input's elements
+        return KernelCost(flops=0, params=0,
+                          memory_bytes=2 * c.cin * c.h * c.w * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: SplitConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder("split", (1, config.cin, config.h, config.w))

@@ -39,22 +39,46 @@ MODULI = (4, 8, 16)
 BLOCK = 8
 
 
+#: feature names -> indices of their channel columns; kernel types have a few fixed
+#: name tuples, and the predictor calls model_input once per new kernel config
+_COLUMNS: dict[tuple[str, ...], list[int]] = {}
+
+
 def channel_columns(feature_names: Sequence[str]) -> list[int]:
     """Indices of the channel-count features (names starting with CIN or COUT)."""
     return [i for i, n in enumerate(feature_names)
             if n.upper().startswith("CIN") or n.upper().startswith("COUT")]
 
 
+def _columns(feature_names: Sequence[str]) -> list[int]:
+    names = tuple(feature_names)
+    cols = _COLUMNS.get(names)
+    if cols is None:
+        if len(_COLUMNS) > 1024:
+            _COLUMNS.clear()
+        cols = _COLUMNS[names] = channel_columns(names)
+    return cols
+
+
 def model_input(feature_names: Sequence[str], X: np.ndarray) -> np.ndarray:
-    """``X`` (rows of kernel features) with the alignment columns appended."""
+    """``X`` (rows of kernel features) with the alignment columns appended.
+
+    A 1-D ``X`` (one row) gives one row, equal bit for bit to the first row of the
+    2-D case."""
     X = np.asarray(X, dtype=np.float64)
-    one = X.ndim == 1
-    if one:
-        X = X[None, :]
-    cols = channel_columns(feature_names)
+    cols = _columns(feature_names)
     if not cols:
-        return X[0] if one else X
+        return X
+    if X.ndim == 1:
+        # The predictor's case, one new kernel config at a time: a few numbers, for
+        # which Python floats beat numpy's per-call overhead. Python's float % and
+        # numpy's float64 remainder are the same operation (fmod, then the result
+        # takes the divisor's sign), so the columns are those of the 2-D case.
+        row = X.tolist()
+        channels = [row[i] for i in cols]
+        row += [c % m for c in channels for m in MODULI]
+        row.append(1.0 if all(c % BLOCK == 0 for c in channels) else 0.0)
+        return np.array(row, dtype=np.float64)
     extra = [np.mod(X[:, i], m) for i in cols for m in MODULI]
     extra.append(np.all(np.mod(X[:, cols], BLOCK) == 0, axis=1).astype(np.float64))
-    out = np.column_stack([X, *extra])
-    return out[0] if one else out
+    return np.column_stack([X, *extra])

@@ -454,7 +454,7 @@ class LatencyPredictor:
         rows, uncovered = [], []
         for j, (k, (ms, how, feats)) in enumerate(zip(kernels, est)):
             if j in absorbed:  # runs inside another kernel: no time of its own
-                rows.append(KernelRow(k.type, tuple(k.nodes), tuple(float(v) for v in feats),
+                rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()),
                                       0.0, f"absorbed:{kernels[absorbed[j]].type}"))
                 continue
             if not (math.isfinite(ms) and ms > 0):
@@ -462,7 +462,7 @@ class LatencyPredictor:
                     f"kernel {k.type} over {list(k.nodes)} got estimate {ms} ms from {how}; "
                     f"every kernel must get a positive time. Retrain the predictor"
                 )
-            rows.append(KernelRow(k.type, tuple(k.nodes), tuple(float(v) for v in feats),
+            rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()),
                                   ms, how))
             if how != "regressor" and not self._family_by_choice(k.type, how):
                 uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
