@@ -34,7 +34,7 @@ with Profiler("ort-cpu") as prof:
             if key not in cache:
                 kg = k.kernel_type.build_graph(k.config)
                 t = prof.measure(kg).latency_ms
-                n_in, n_out = reorder_elements(k.kernel_type, k.config, 8)
+                n_in, n_out = reorder_elements(k.kernel_type, k.config, LAYOUT_BLOCK["ort-cpu"])
                 extra = n_out if "add" in k.type.split("-")[1:] else 0
                 sub = sum(fixed + per * n for n in (n_in, n_out, extra) if n)
                 cache[key] = max(t - ov - sub, 0.25 * (t - ov))

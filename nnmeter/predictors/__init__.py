@@ -40,7 +40,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 
 
 def cache_dir() -> Path:
@@ -108,9 +108,11 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
     from nnmeter.predictors.train import CHOICE_FILE
     from nnmeter.predictors.reorder import REORDER_FILE
     from nnmeter.predictors.weight_stream import STREAM_FILE
+    from nnmeter.predictors.chain import CHAIN_FILE
 
     extra = [f for f in (ds.directory / CHOICE_FILE, ds.directory / BOUNDARY_FILE,
-                         ds.directory / STREAM_FILE, ds.directory / REORDER_FILE)
+                         ds.directory / STREAM_FILE, ds.directory / REORDER_FILE,
+                         ds.directory / CHAIN_FILE)
              if f.exists()]
     key = _cache_key(rp if rp.exists() else None, files + extra, settings)
     where = cache_dir() / (dataset or backend_id) / key

@@ -1,20 +1,27 @@
 """Layout reorders: what a single-kernel measurement pays that a whole model may not.
 
-ORT (graph optimisation ALL) runs convolutions whose output channels are a multiple
-of the channel block (8 here) in its blocked NCHWc layout. A *single-kernel* model of
-such a convolution therefore executes ``ReorderInput`` (when CIN is a multiple of the
-block; fewer channels are read in NCHW directly) + ``Conv`` + ``ReorderOutput``. Inside
-a whole model, consecutive blocked convolutions (and the layout-transparent element-wise
-and pooling ops between them) stay blocked, and reorders happen only where a blocked
-tensor meets an op that needs NCHW (``ReduceMean``, ``Clip``, ``Gemm``…) or leaves
-the model.
+ORT (graph optimisation ALL) runs most convolutions in its blocked NCHWc layout, whose
+channel block is the CPU's vector width in floats (16 with AVX-512, the machine the
+ort-cpu data was measured on). A *single-kernel* model of such a convolution therefore
+executes ``ReorderInput`` + ``Conv`` + ``ReorderOutput``. Inside a whole model,
+consecutive blocked convolutions (and the layout-transparent element-wise and pooling
+ops between them) stay blocked, and reorders happen only where a blocked tensor meets an
+op that needs NCHW (``ReduceMean``, ``Clip``, ``Gemm``…) or leaves the model.
 
-Pooling works the same way when its channels fill whole NCHWc blocks
-(:data:`POOL_BLOCK_FACTOR`): a single-kernel MaxPool over 64 channels runs
-``ReorderInput`` + ``nchwc.MaxPool`` + ``ReorderOutput``, and inside a model, after a
-blocked convolution, only the middle one. (A NASBench-201 cell's 3x3 average pool over
-16 channels at 32x32: 22 µs as a single-kernel model, 9 µs for its ``nchwc.AveragePool``
-node.)
+Which kernels run blocked, as ORT 1.32's profiler shows on this machine
+(``tests/predictors/test_layout_ort.py`` checks it against the installed runtime):
+
+- **convolution** (one group): any number of output channels (padded up to the block);
+  fewer input channels than the block are read in NCHW directly (no ``ReorderInput``),
+  more need a multiple of :data:`CHANNEL_ALIGN` (4): 20, 28, 116 run blocked, 18, 58,
+  102 run as a plain ``FusedConv``;
+- **depthwise convolution**: channels a multiple of :data:`CHANNEL_ALIGN` (116 blocked,
+  58 plain ``Conv``);
+- **grouped convolution**: input and output channels per group whole blocks;
+- **pooling**: channels whole blocks (a MaxPool over 64 or 96 channels runs
+  ``nchwc.MaxPool`` between a ReorderInput and a ReorderOutput, over 20 or 24 channels
+  plain ``MaxPool``). A NASBench-201 cell's 3x3 average pool over 16 channels at 32x32:
+  22 µs as a single-kernel model, 9 µs for its ``nchwc.AveragePool`` node.
 
 So training removes the reorders from the convolutions' and poolings' measured times
 (:func:`nnmeter.predictors.train.train_predictor`) and prediction adds back the ones the
@@ -25,9 +32,11 @@ Examples
 --------
 >>> from nnmeter.kernels import KERNEL_TYPES
 >>> kt = KERNEL_TYPES.get("conv-bn")
->>> reorder_elements(kt, kt.config_cls(h=8, w=8, cin=16, cout=8, kernel=1), 8)
-(1024, 512)
->>> reorder_elements(kt, kt.config_cls(h=8, w=8, cin=3, cout=12, kernel=1), 8)
+>>> reorder_elements(kt, kt.config_cls(h=8, w=8, cin=20, cout=6, kernel=1), 16)
+(1280, 384)
+>>> reorder_elements(kt, kt.config_cls(h=8, w=8, cin=3, cout=12, kernel=1), 16)
+(0, 768)
+>>> reorder_elements(kt, kt.config_cls(h=8, w=8, cin=58, cout=58, kernel=1), 16)
 (0, 0)
 """
 
@@ -37,11 +46,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["BLOCKED_FAMILIES", "LAYOUT_BLOCK", "POOL_BLOCK_FACTOR", "TRANSPARENT_TYPES",
+__all__ = ["BLOCKED_FAMILIES", "CHANNEL_ALIGN", "LAYOUT_BLOCK", "TRANSPARENT_TYPES",
            "reorder_elements", "model_reorders"]
 
-#: backend id → channel block of its blocked convolution layout (absent: no reorders)
-LAYOUT_BLOCK = {"ort-cpu": 8}
+#: backend id → channel block of its blocked layout on the device its data was measured
+#: on (absent: no reorders). ORT's NCHWc block is the vector width in floats: 16 with
+#: AVX-512, 8 with AVX2.
+LAYOUT_BLOCK = {"ort-cpu": 16}
+
+#: a convolution's channels need only be a multiple of this (ORT pads them to the block)
+CHANNEL_ALIGN = 4
 
 #: kernel types that keep a blocked input blocked (ORT's NCHWc transformer converts
 #: them); any other consumer of a blocked tensor gets a ReorderOutput before it. ORT
@@ -55,14 +69,6 @@ TRANSPARENT_TYPES = frozenset({"relu", "hswish", "hsigmoid", "sigmoid", "gelu", 
 
 #: kernel families ORT may run in the blocked layout
 BLOCKED_FAMILIES = ("conv", "dwconv", "pool")
-
-#: pooling runs blocked only when its channels fill whole blocks of the CPU's native
-#: NCHWc width, twice the convolutions' channel block on this AVX-512 machine (ORT's
-#: profiler: MaxPool over 64 or 96 channels runs ``nchwc.MaxPool`` between a
-#: ReorderInput and a ReorderOutput, over 20 or 24 channels plain ``MaxPool``), where a
-#: convolution pads any multiple of 8 output channels up to it
-POOL_BLOCK_FACTOR = 2
-
 
 def _out_hw(h: int, w: int, k: int, s: int, pads: Any) -> tuple[int, int]:
     if pads is None:
@@ -78,18 +84,28 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
         return 0, 0
     cin = int(config.cin)
     if family == "pool":
-        if cin % (POOL_BLOCK_FACTOR * block):
+        if cin % block:
             return 0, 0
         ho, wo = _out_hw(int(config.h), int(config.w), int(config.kernel),
                          int(config.stride), getattr(config, "pads", None))
         return cin * int(config.h) * int(config.w), cin * ho * wo
     cout = int(getattr(config, "cout", cin))
     groups = int(getattr(config, "groups", 1)) if family == "conv" else cin
-    if cout % block or (groups != 1 and not groups == cin == cout):
-        return 0, 0
+    if groups == 1:
+        reads_nchw = cin < block  # read in NCHW directly, no ReorderInput
+        if not reads_nchw and cin % CHANNEL_ALIGN:
+            return 0, 0
+    elif groups == cin == cout:  # depthwise
+        reads_nchw = False
+        if cin % CHANNEL_ALIGN:
+            return 0, 0
+    else:
+        reads_nchw = False
+        if cin % groups or cout % groups or (cin // groups) % block or (cout // groups) % block:
+            return 0, 0
     ho, wo = _out_hw(int(config.h), int(config.w), int(config.kernel), int(config.stride),
                      getattr(config, "pads", None))
-    n_in = cin * int(config.h) * int(config.w) if cin % block == 0 else 0
+    n_in = 0 if reads_nchw else cin * int(config.h) * int(config.w)
     return n_in, cout * ho * wo
 
 
@@ -163,11 +179,16 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
             _, n_in, n_out = hit
             if n_out:
                 blocked[i] = True
-                if n_in and not (producers and all(blocked[p] for p in producers)):
-                    out.append(n_in)
-                continue
-            # a pooling kernel that cannot run blocked needs its input in NCHW
-            transparent = transparent and kt.family != "pool"
+                if n_in:
+                    if not (producers and all(blocked[p] for p in producers)):
+                        out.append(n_in)
+                    continue
+                # a blocked convolution over fewer channels than the block reads its
+                # input in NCHW: a blocked producer's output is reordered back first
+                transparent = False
+            else:
+                # a pooling kernel that cannot run blocked needs its input in NCHW
+                transparent = transparent and kt.family != "pool"
         from_blocked = [p for p in producers if blocked[p]]
         if not from_blocked:
             continue

@@ -73,6 +73,9 @@ class PredictorSettings:
         Registered regressor name for kernel types and families (``rf`` or ``lgbm``).
     min_type_samples : int
         Fewest rows a kernel type needs for its own regressor; fewer → family regressor.
+    chain_correction : bool
+        Subtract the dataset's measured chain excess (``chain_excess.json``,
+        :mod:`nnmeter.predictors.chain`) from every kernel row when it has one.
     seed : int
         ``random_state`` of every regressor.
     overrides : dict
@@ -81,6 +84,7 @@ class PredictorSettings:
 
     regressor: str = "rf"
     min_type_samples: int = 30
+    chain_correction: bool = True
     seed: int = 0
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -85,7 +85,7 @@ def test_folded_activation_adds_no_reorders():
     absorbed = absorbed_kernels(g, ks, "ort-cpu")
     assert sorted(absorbed) == [1, 3]
     # into the first convolution, out of the last; nothing around the activations
-    assert sorted(model_reorders(g, ks, 8, absorbed=absorbed)) == [16 * 64, 32 * 64]
+    assert sorted(model_reorders(g, ks, 16, absorbed=absorbed)) == [16 * 64, 32 * 64]
 
 
 def test_duplicate_poolings_of_one_tensor_merge_unless_their_attributes_differ():

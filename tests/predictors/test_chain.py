@@ -1,0 +1,57 @@
+"""The chain excess: its file, and training's use of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from nnmeter.builder import build_predictor
+from nnmeter.errors import FingerprintMismatchError
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.ir import GraphBuilder
+from nnmeter.predictors.chain import CHAIN_FILE, chain_excess_ms, read_chain
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.model import PredictorSettings
+from nnmeter.predictors.train import train_predictor
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, linear_cost_profiler):
+    root = tmp_path_factory.mktemp("data")
+    convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1, "groups": 1,
+              "pads": None} for h in (7, 14, 28) for c in range(8, 200, 8)]
+    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
+                    rules=RULES, prior_configs={"conv-bn-relu": convs},
+                    kernels=["conv-bn-relu"], progress=False, train=False,
+                    max_samples_per_type=60, rounds=0, initial_fraction=1.0)
+    return kernel_dataset_dir("ort-cpu", root)
+
+
+def test_excess_is_never_negative():
+    assert chain_excess_ms({"excess_ms": -0.002}) == 0.0
+    assert chain_excess_ms({"excess_ms": 0.002}) == 0.002
+
+
+def test_training_subtracts_the_excess_from_every_kernel(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 64, 14, 14))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+    base = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False).total_ms
+    (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
+                                            "excess_ms": 0.001}))
+    assert read_chain(ds)["excess_ms"] == 0.001
+    pred = train_predictor("ort-cpu", d, RULES)
+    assert pred.meta["chain_excess_ms"] == 0.001
+    assert pred.predict(g, check_device=False).total_ms < base
+    off = train_predictor("ort-cpu", d, RULES, PredictorSettings(chain_correction=False))
+    assert off.meta["chain_excess_ms"] == 0.0
+    assert off.predict(g, check_device=False).total_ms == pytest.approx(base)
+    (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": "other", "excess_ms": 0.001}))
+    with pytest.raises(FingerprintMismatchError):
+        read_chain(ds)
