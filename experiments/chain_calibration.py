@@ -10,11 +10,13 @@ costs beyond slope + overhead + reorders is the *excess* a training row still ca
     excess = T(1) - overhead - reorders(T(1)'s model) - slope
 
 The configs are conv-bn-relu (1x1 and 3x3) and dwconv-bn over channel counts that run
-blocked and plain and over four sizes. The median excess is written to
-``<dataset>/chain_excess.json``; training subtracts it from every kernel row
+blocked and plain and over four sizes; their median excess is the default. Channel
+shuffle, max and average pooling, relu and hswish chains give their families' own
+medians. Both are written to ``<dataset>/chain_excess.json``; training subtracts a
+kernel's family excess, else the default, from every kernel row
 (:func:`nnmeter.predictors.train.train_predictor`).
 
-Usage (under the measurement lock; about two minutes):
+Usage (under the measurement lock; about three minutes):
   flock /tmp/nnmeter-measure.lock python experiments/chain_calibration.py --backend ort-cpu
 """
 
@@ -29,16 +31,40 @@ import numpy as np
 LENGTHS = (1, 2, 4, 8)
 
 
-def _chain(family: str, c: int, hw: int, k: int, n: int):
+#: kernel type → (config of a shape-preserving kernel, one link of its chain)
+def _link(name: str, b, y, c: int, k: int, i: int):
+    if name == "conv-bn-relu":
+        return b.relu(b.bn(b.conv(y, c, k, 1, name=f"c{i}"), name=f"b{i}"), name=f"r{i}")
+    if name == "dwconv-bn":
+        return b.bn(b.dwconv(y, k, 1, name=f"d{i}"), name=f"b{i}")
+    if name == "channelshuffle":
+        return b.channelshuffle(y, 2, name=f"s{i}")
+    if name in ("maxpool", "avgpool"):
+        pool = b.maxpool if name == "maxpool" else b.avgpool
+        return pool(y, k, 1, pads=(k // 2,) * 4, name=f"p{i}")
+    return b.act(y, name, name=f"a{i}")
+
+
+def _config(kt, c: int, hw: int, k: int):
+    name = kt.name
+    if name == "conv-bn-relu":
+        return kt.config_cls(h=hw, w=hw, cin=c, cout=c, kernel=k, stride=1)
+    if name == "dwconv-bn":
+        return kt.config_cls(h=hw, w=hw, cin=c, kernel=k, stride=1)
+    if name == "channelshuffle":
+        return kt.config_cls(h=hw, w=hw, cin=c, groups=2)
+    if name in ("maxpool", "avgpool"):
+        return kt.config_cls(h=hw, w=hw, cin=c, kernel=k, stride=1, pads=(k // 2,) * 4)
+    return kt.config_cls(h=hw, w=hw, cin=c)
+
+
+def _chain(name: str, c: int, hw: int, k: int, n: int):
     from nnmeter.ir import GraphBuilder
 
-    b = GraphBuilder(f"chain-{family}", (1, c, hw, hw))
+    b = GraphBuilder(f"chain-{name}", (1, c, hw, hw))
     y = b.x
     for i in range(n):
-        if family == "conv":
-            y = b.relu(b.bn(b.conv(y, c, k, 1, name=f"c{i}"), name=f"b{i}"), name=f"r{i}")
-        else:
-            y = b.bn(b.dwconv(y, k, 1, name=f"d{i}"), name=f"b{i}")
+        y = _link(name, b, y, c, k, i)
     return b.build([y])
 
 
@@ -73,22 +99,24 @@ def main() -> None:
             return sum(reorder_ms(curve, n, tuple(line)) for n in moved if n)
         return sum(line[0] + line[1] * n for n in moved if n)
 
-    cases = [(fam, c, hw, k) for fam, k in (("conv", 1), ("conv", 3), ("dwconv", 3))
+    # compute kernels: these set the default excess; the others get one each
+    compute = ("conv-bn-relu", "dwconv-bn")
+    cases = [(name, c, hw, k) for name, k in (("conv-bn-relu", 1), ("conv-bn-relu", 3),
+                                              ("dwconv-bn", 3))
              for c in (24, 58, 64, 116) for hw in (7, 14, 28, 56)
-             if not (fam == "conv" and k == 3 and c * hw > 116 * 28)]
+             if not (name == "conv-bn-relu" and k == 3 and c * hw > 116 * 28)]
+    cases += [(name, c, hw, 3) for name in ("channelshuffle", "maxpool", "avgpool", "relu",
+                                            "hswish")
+              for c in (24, 58, 64, 116) for hw in (7, 14, 28)]
     points = []
     t0 = time.time()
     with Profiler(args.backend) as prof:
-        for fam, c, hw, k in cases:
-            if fam == "conv":
-                kt = KERNEL_TYPES.get("conv-bn-relu")
-                cfg = kt.config_cls(h=hw, w=hw, cin=c, cout=c, kernel=k, stride=1)
-            else:
-                kt = KERNEL_TYPES.get("dwconv-bn")
-                cfg = kt.config_cls(h=hw, w=hw, cin=c, kernel=k, stride=1)
+        for name, c, hw, k in cases:
+            kt = KERNEL_TYPES.get(name)
+            cfg = _config(kt, c, hw, k)
             times = []
             for n in LENGTHS:
-                g = kt.build_graph(cfg) if n == 1 else _chain(fam, c, hw, k, n)
+                g = kt.build_graph(cfg) if n == 1 else _chain(name, c, hw, k, n)
                 times.append(prof.measure(g).latency_ms)
             slope, _ = np.polyfit(LENGTHS, times, 1)
             r = reorders(kt, cfg)
@@ -100,14 +128,25 @@ def main() -> None:
                   + " ".join(f"{x:.4f}" for x in times)
                   + f"  in-model {slope:.4f}  reorders {r:.4f}  excess {1000 * excess:6.2f} µs",
                   flush=True)
-    ex = [p["excess_ms"] for p in points]
-    blocked = [p["excess_ms"] for p in points if p["reorders_ms"] > 0]
-    plain = [p["excess_ms"] for p in points if p["reorders_ms"] == 0]
+    ex = [p["excess_ms"] for p in points if p["kernel_type"] in compute]
+    blocked = [p["excess_ms"] for p in points
+               if p["kernel_type"] in compute and p["reorders_ms"] > 0]
+    plain = [p["excess_ms"] for p in points
+             if p["kernel_type"] in compute and p["reorders_ms"] == 0]
     med = statistics.median(ex)
-    print(f"median excess {1000 * med:.2f} µs over {len(ex)} configs (blocked "
-          f"{1000 * statistics.median(blocked) if blocked else float('nan'):.2f} µs, n={len(blocked)}; "
-          f"plain {1000 * statistics.median(plain) if plain else float('nan'):.2f} µs, n={len(plain)}); "
-          f"overhead {1000 * overhead:.2f} µs; {time.time() - t0:.0f} s")
+    print(f"compute kernels: median excess {1000 * med:.2f} µs over {len(ex)} configs "
+          f"(blocked {1000 * statistics.median(blocked) if blocked else float('nan'):.2f} µs, "
+          f"n={len(blocked)}; plain "
+          f"{1000 * statistics.median(plain) if plain else float('nan'):.2f} µs, "
+          f"n={len(plain)}); overhead {1000 * overhead:.2f} µs; {time.time() - t0:.0f} s")
+    families = {}
+    for kt_name in sorted({p["kernel_type"] for p in points} - set(compute)):
+        fam = KERNEL_TYPES.get(kt_name).family
+        families.setdefault(fam, []).extend(
+            p["excess_ms"] for p in points if p["kernel_type"] == kt_name)
+    families = {f: statistics.median(v) for f, v in families.items()}
+    for f, v in families.items():
+        print(f"{f:14s} median excess {1000 * v:.2f} µs")
     if args.dry_run:
         return
     path = write_calibration(ds.directory, CHAIN_FILE, {
@@ -115,7 +154,8 @@ def main() -> None:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "command": f"flock /tmp/nnmeter-measure.lock python experiments/chain_calibration.py "
                    f"--backend {args.backend}",
-        "excess_ms": med, "overhead_ms": overhead, "lengths": list(LENGTHS),
+        "excess_ms": med, "families": families, "overhead_ms": overhead,
+        "lengths": list(LENGTHS),
         "points": points})
     print("wrote", path)
 

@@ -158,10 +158,12 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     # overhead and reorders are off, measured with chains of kernels (chain_excess.json)
     from nnmeter.predictors.chain import chain_excess_ms, read_chain
 
-    excess = chain_excess_ms(read_chain(ds)) if settings.chain_correction else 0.0
-    if excess:
-        for d in data.values():
-            d.y = np.maximum(d.y - excess, 0.5 * d.y)
+    chain = read_chain(ds) if settings.chain_correction else None
+    excess = chain_excess_ms(chain)
+    for t, d in data.items():
+        ex = chain_excess_ms(chain, getattr(KERNEL_TYPES.get(t), "family", ""))
+        if ex:
+            d.y = np.maximum(d.y - ex, 0.5 * d.y)
     # the rate at which this device streams weights from memory: inside a model no
     # kernel runs faster than reading its weights once (<dataset>/weight_stream.json)
     from nnmeter.predictors.weight_stream import read_weight_stream
@@ -208,6 +210,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
               "reorder_cost": reorder, "reorder_curve": curve if reorder else None,
               "boundary": boundary, "chain_excess_ms": excess,
+              "chain_excess_families": dict((chain or {}).get("families") or {}),
               "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "weight_stream_llc_bytes": stream.get("llc_bytes") if stream else None,
               "weight_stream_refetch": bool(stream.get("refetch")) if stream else False,

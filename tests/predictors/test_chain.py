@@ -55,3 +55,19 @@ def test_training_subtracts_the_excess_from_every_kernel(data_dir, tmp_path):
     (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": "other", "excess_ms": 0.001}))
     with pytest.raises(FingerprintMismatchError):
         read_chain(ds)
+
+
+def test_a_family_of_its_own_overrides_the_default(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 64, 14, 14))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+    totals = {}
+    for label, families in (("default", {}), ("own", {"conv": 0.003}), ("other", {"pool": 0.003})):
+        (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
+                                                "excess_ms": 0.001, "families": families}))
+        totals[label] = train_predictor("ort-cpu", d, RULES).predict(
+            g, check_device=False).total_ms
+    assert totals["own"] < totals["default"]
+    assert totals["other"] == pytest.approx(totals["default"])
