@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
+                            PredictorError,
                             UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.features import model_input
@@ -259,6 +260,7 @@ def build_predictor(
     calibrate_boundary: bool = True,
     calibrate_weight_stream: bool = True,
     calibrate_reorders: bool = True,
+    calibrate_chain: bool = True,
 ) -> BuildResult:
     """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
 
@@ -310,6 +312,10 @@ def build_predictor(
         On backends with a blocked layout (:data:`~nnmeter.predictors.layout.LAYOUT_BLOCK`),
         profile the single-kernel models' layout reorders (``reorders.json``,
         :mod:`nnmeter.predictors.reorder`) once per dataset, after profiling.
+    calibrate_chain : bool
+        Measure chains of identical kernels against the single kernel
+        (``chain_excess.json``, :mod:`nnmeter.predictors.chain`) once per dataset, after
+        the other calibrations (about two minutes).
 
     Returns
     -------
@@ -497,6 +503,17 @@ def build_predictor(
             write_reorders(ds.directory, measure_reorders(backend_id, ds.directory))
         except DatasetError as err:  # no blocked kernel measured yet: the relu line stays
             logger.warning("reorder calibration skipped: %s", err)
+    if calibrate_chain and own_profiler \
+            and not (ds.directory / "chain_excess.json").exists():
+        # what a single-kernel model costs beyond its kernel's time inside a model
+        # (nnmeter.predictors.chain)
+        from nnmeter.predictors.chain import measure_chain, write_chain
+
+        logger.info("measuring chains of kernels against single kernels")
+        try:
+            write_chain(ds.directory, measure_chain(backend_id, dataset=dataset, root=root))
+        except (DatasetError, PredictorError, MeasurementError) as err:
+            logger.warning("chain calibration skipped: %s", err)
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

@@ -127,7 +127,8 @@ def test_tiny_real_build_on_ort(tmp_path):
                           prior_configs=PRIOR, progress=False, train=False,
                           max_samples_per_type=6, rounds=1,
                           protocol={"rounds": 2, "round_ms": 5.0, "calibrate": False},
-                          regressor_params={"n_estimators": 5}, calibrate_weight_stream=False)
+                          regressor_params={"n_estimators": 5}, calibrate_weight_stream=False,
+                          calibrate_chain=False)
     assert set(res.types) == {"conv-bn-relu", "relu"}
     rows = _rows_for(tmp_path, "ort-cpu", "conv-bn-relu")
     assert len(rows) >= 3 and all(r["ok"] and r["latency_ms"] > 0 for r in rows)
@@ -174,9 +175,19 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
         return {"backend_id": backend_id, "bytes_per_ms": 2e7, "points": [],
                 "fingerprint_id": None}
 
+    import nnmeter.predictors.chain as chain
+
+    chains = []
+
+    def fake_chain(backend_id, **kw):
+        chains.append(backend_id)
+        return {"backend_id": backend_id, "excess_ms": 0.0, "families": {}, "points": [],
+                "fingerprint_id": None}
+
     monkeypatch.setattr(backends, "Profiler", OwnProfiler)
     monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
     monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
+    monkeypatch.setattr(chain, "measure_chain", fake_chain)
     for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
         build_predictor(backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,
@@ -187,6 +198,9 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     # the weight streaming rate: once per dataset, on every backend
     assert streams == ["openvino-cpu", "mnn-cpu"]
     assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "weight_stream.json").exists()
+    # the chain calibration: once per dataset, on every backend
+    assert chains == ["openvino-cpu", "mnn-cpu"]
+    assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "chain_excess.json").exists()
 
 
 def test_sampling_skips_kernels_too_large_to_convert():

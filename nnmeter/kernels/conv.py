@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder, same_pads
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.ir.shapes import conv_out_size
 from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
-from nnmeter.kernels.base import int_tuple, positive_ints
+from nnmeter.kernels.base import conv_output_hw, positive_ints
 
 __all__ = ["ConvConfig", "ConvKernel"]
 
@@ -66,13 +65,10 @@ class ConvKernel(TailKernelType):
         if not positive_ints(c.h, c.w, c.cin, c.cout, k, c.stride, c.groups) or \
                 c.cin % c.groups:
             return None
-        pads = same_pads(k) if c.pads is None else c.pads
-        if not int_tuple(pads, 4):
+        out = conv_output_hw(c.h, c.w, k, c.stride, c.pads)
+        if out is None:
             return None
-        ho = conv_out_size(c.h, k, c.stride, pads[0], pads[2])
-        wo = conv_out_size(c.w, k, c.stride, pads[1], pads[3])
-        if ho <= 0 or wo <= 0:
-            return None  # the graph path raises its ShapeInferenceError
+        ho, wo = out
         weights = c.cout * (c.cin // c.groups) * k * k
         params = weights + c.cout  # with bias
         return 2 * weights * ho * wo, params, params, c.cin * c.h * c.w, (1, c.cout, ho, wo)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 from nnmeter.ir.builder import GraphBuilder, same_pads
 from nnmeter.ir.graph import Node, Ref
-from nnmeter.ir.shapes import conv_out_size
 from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
-from nnmeter.kernels.base import int_tuple, positive_ints
+from nnmeter.kernels.base import conv_output_hw, positive_ints
 
 __all__ = ["DWConvConfig", "DWConvKernel"]
 
@@ -60,13 +59,10 @@ class DWConvKernel(TailKernelType):
         k = c.kernel
         if not positive_ints(c.h, c.w, c.cin, k, c.stride):
             return None
-        pads = same_pads(k) if c.pads is None else c.pads
-        if not int_tuple(pads, 4):
+        out = conv_output_hw(c.h, c.w, k, c.stride, c.pads)
+        if out is None:
             return None
-        ho = conv_out_size(c.h, k, c.stride, pads[0], pads[2])
-        wo = conv_out_size(c.w, k, c.stride, pads[1], pads[3])
-        if ho <= 0 or wo <= 0:
-            return None  # the graph path raises its ShapeInferenceError
+        ho, wo = out
         weights = c.cin * k * k  # one k x k filter per channel (groups = channels)
         params = weights + c.cin  # with bias
         return 2 * weights * ho * wo, params, params, c.cin * c.h * c.w, (1, c.cin, ho, wo)

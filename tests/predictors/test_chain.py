@@ -7,12 +7,11 @@ import shutil
 
 import pytest
 
-from nnmeter.builder import build_predictor
 from nnmeter.errors import FingerprintMismatchError
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.ir import GraphBuilder
 from nnmeter.predictors.chain import CHAIN_FILE, chain_excess_ms, read_chain
-from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.dataset import KernelDataset
 from nnmeter.predictors.model import PredictorSettings
 from nnmeter.predictors.train import train_predictor
 
@@ -20,15 +19,8 @@ RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, linear_cost_profiler):
-    root = tmp_path_factory.mktemp("data")
-    convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1, "groups": 1,
-              "pads": None} for h in (7, 14, 28) for c in range(8, 200, 8)]
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
-                    rules=RULES, prior_configs={"conv-bn-relu": convs},
-                    kernels=["conv-bn-relu"], progress=False, train=False,
-                    max_samples_per_type=60, rounds=0, initial_fraction=1.0)
-    return kernel_dataset_dir("ort-cpu", root)
+def data_dir(conv_bn_relu_dir):
+    return conv_bn_relu_dir
 
 
 def test_excess_is_never_negative():

@@ -7,11 +7,10 @@ import shutil
 
 import pytest
 
-from nnmeter.builder import build_predictor
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.ir import GraphBuilder
-from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.dataset import KernelDataset
 from nnmeter.predictors.train import train_predictor
 from nnmeter.predictors.weight_stream import (STREAM_FILE, StreamPoint, fit_weight_stream,
                                               last_level_cache_bytes, read_weight_stream,
@@ -34,15 +33,8 @@ def test_floor_is_weight_bytes_over_rate():
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, linear_cost_profiler):
-    root = tmp_path_factory.mktemp("data")
-    convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1, "groups": 1,
-              "pads": None} for h in (7, 14, 28) for c in range(8, 200, 8)]
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
-                    rules=RULES, prior_configs={"conv-bn-relu": convs},
-                    kernels=["conv-bn-relu"], progress=False, train=False,
-                    max_samples_per_type=60, rounds=0, initial_fraction=1.0)
-    return kernel_dataset_dir("ort-cpu", root)
+def data_dir(conv_bn_relu_dir):
+    return conv_bn_relu_dir
 
 
 def _record(ds, rate):
