@@ -7,7 +7,7 @@ that on the device with crafted models: chains of n identical shape-preserving k
 chain's time over n is the kernel's time inside a model; what the single-kernel model
 costs beyond slope + overhead + reorders is the *excess* a training row still carries:
 
-    excess = T(1) - overhead - reorders(T(1)'s model) - slope
+    excess = T(1) - overhead - reorders - edge conversions (boundary.json) - slope
 
 The configs are conv-bn-relu (1x1 and 3x3) and dwconv-bn over channel counts that run
 blocked and plain and over four sizes; their median excess is the default. Channel
@@ -43,6 +43,7 @@ def main() -> None:
         print(f"{p['kernel_type']:14s} c={cfg['cin']:4d} hw={cfg['h']:3d} "
               f"k={cfg.get('kernel', 3)} T(n)=" + " ".join(f"{x:.4f}" for x in p["chain_ms"])
               + f"  in-model {p['slope_ms']:.4f}  reorders {p['reorders_ms']:.4f}  "
+              f"edges {p['boundary_ms']:.4f}  "
               f"excess {1000 * p['excess_ms']:6.2f} µs", flush=True)
 
     rec = measure_chain(args.backend, on_point=show)

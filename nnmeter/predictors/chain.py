@@ -100,8 +100,8 @@ def measure_chain(backend_id: str, *, dataset: str | None = None, root: Any = No
     """Measure the chains of :func:`chain_cases` on ``backend_id`` and return the
     calibration record (``excess_ms``, per-family ``families``, raw ``points``).
 
-    The overhead and reorder costs subtracted are those training removes, from the
-    dataset's predictor trained without a chain correction. ``on_point`` is called with
+    The overhead, reorder and boundary costs subtracted are those training removes,
+    from the dataset's predictor trained without a chain correction. ``on_point`` is called with
     each point as it is measured."""
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
@@ -117,6 +117,14 @@ def measure_chain(backend_id: str, *, dataset: str | None = None, root: Any = No
     block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
     line = pred.meta.get("reorder_cost")
     curve = pred.meta.get("reorder_curve")
+    edges = pred.meta.get("boundary")  # boundary.json's fit, when training applies it
+
+    def boundary(kt: Any, cfg: Any) -> float:
+        if not edges:
+            return 0.0
+        from nnmeter.predictors.boundary import boundary_cost_ms, boundary_elements
+
+        return boundary_cost_ms(edges, kt.family or kt.name, *boundary_elements(kt, cfg))
 
     def reorders(kt: Any, cfg: Any) -> float:
         if not block or not line:
@@ -138,10 +146,10 @@ def measure_chain(backend_id: str, *, dataset: str | None = None, root: Any = No
                                   chain_graph(name, c, hw, k, n), on_error="raise").latency_ms
                      for n in LENGTHS]
             slope = float(np.polyfit(LENGTHS, times, 1)[0])
-            r = reorders(kt, cfg)
+            r, e = reorders(kt, cfg), boundary(kt, cfg)
             point = {"kernel_type": name, "config": kt.config_to_dict(cfg), "chain_ms": times,
-                     "slope_ms": slope, "reorders_ms": r,
-                     "excess_ms": float(times[0] - overhead - r - slope)}
+                     "slope_ms": slope, "reorders_ms": r, "boundary_ms": e,
+                     "excess_ms": float(times[0] - overhead - r - e - slope)}
             points.append(point)
             if on_point is not None:
                 on_point(point)
