@@ -63,3 +63,28 @@ def test_a_family_of_its_own_overrides_the_default(data_dir, tmp_path):
             g, check_device=False).total_ms
     assert totals["own"] < totals["default"]
     assert totals["other"] == pytest.approx(totals["default"])
+
+
+def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost_profiler,
+                                                   monkeypatch, tmp_path):
+    import statistics
+
+    from nnmeter.predictors.chain import COMPUTE_TYPES, LENGTHS, chain_cases, measure_chain
+
+    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    root = conv_bn_relu_dir.parents[2]  # <root>/datasets/kernels/ort-cpu
+    seen = []
+    rec = measure_chain("ort-cpu", root=root, profiler=linear_cost_profiler,
+                        on_point=seen.append)
+    assert len(rec["points"]) == len(chain_cases()) == len(seen)
+    assert rec["lengths"] == list(LENGTHS)
+    for p in rec["points"]:
+        # the fake's time is linear in the chain's FLOPs and weights: the slope is one
+        # kernel's share, and the excess is what the single model costs beyond it
+        t = p["chain_ms"]
+        assert t[3] > t[2] > t[1] > t[0] > 0
+        assert p["excess_ms"] == pytest.approx(
+            t[0] - rec["overhead_ms"] - p["reorders_ms"] - p["boundary_ms"] - p["slope_ms"])
+    assert rec["excess_ms"] == pytest.approx(statistics.median(
+        p["excess_ms"] for p in rec["points"] if p["kernel_type"] in COMPUTE_TYPES))
+    assert set(rec["families"]) == {"activation", "channelshuffle", "pool"}
