@@ -46,7 +46,7 @@ def main() -> None:
               f"edges {p['boundary_ms']:.4f}  "
               f"excess {1000 * p['excess_ms']:6.2f} µs", flush=True)
 
-    rec = measure_chain(args.backend, on_point=show)
+    rec = measure_chain(args.backend, kernel_dataset_dir(args.backend), on_point=show)
     pts = rec["points"]
     blocked = [p["excess_ms"] for p in pts
                if p["kernel_type"] in COMPUTE_TYPES and p["reorders_ms"] > 0]

@@ -235,6 +235,48 @@ def _record_prior(path: Path, weights: dict[str, float], priors: dict[str, Any],
     path.write_text(json.dumps(record, default=str))
 
 
+#: device calibrations ``build_predictor`` measures once per dataset, after profiling, in
+#: this order: name → (module, its file, measure function, write function, what is
+#: measured, errors that skip it with a warning instead of failing the build)
+CALIBRATIONS: dict[str, tuple[str, str, str, str, str, tuple[type, ...]]] = {
+    # single-kernel models of some runtimes pay layout/precision conversions at their
+    # edges that whole models do not
+    "boundary": ("nnmeter.predictors.boundary", "BOUNDARY_FILE", "measure_boundary",
+                 "write_boundary", "the boundary cost of single-kernel models", ()),
+    # single-kernel models time their weights hot in the cache; in a whole model they
+    # come from memory
+    "weight_stream": ("nnmeter.predictors.weight_stream", "STREAM_FILE",
+                      "measure_weight_stream", "write_weight_stream",
+                      "the weight streaming rate", ()),
+    # how a layout reorder's cost rises past the caches (no blocked kernel measured
+    # yet: the relu line stays)
+    "reorder": ("nnmeter.predictors.reorder", "REORDER_FILE", "measure_reorders",
+                "write_reorders", "the layout reorders of single-kernel models",
+                (DatasetError,)),
+    # what a single-kernel model costs beyond its kernel's time inside a model
+    "chain": ("nnmeter.predictors.chain", "CHAIN_FILE", "measure_chain", "write_chain",
+              "chains of kernels against single kernels",
+              (DatasetError, PredictorError, MeasurementError)),
+}
+
+
+def _calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str]) -> None:
+    """Measure and write each calibration of :data:`CALIBRATIONS` in ``names`` that the
+    dataset does not hold yet."""
+    import importlib
+
+    for name in names:
+        module, file_attr, measure, write, what, skip = CALIBRATIONS[name]
+        mod = importlib.import_module(module)
+        if (dataset_dir / getattr(mod, file_attr)).exists():
+            continue
+        logger.info("measuring %s", what)
+        try:
+            getattr(mod, write)(dataset_dir, getattr(mod, measure)(backend_id, dataset_dir))
+        except skip as err:
+            logger.warning("%s calibration skipped: %s", name, err)
+
+
 def build_predictor(
     backend_id: str,
     *,
@@ -477,43 +519,14 @@ def build_predictor(
             profiler.close()
     result.minutes = (time.monotonic() - t_start) / 60
     ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
-    if calibrate_boundary and own_profiler and backend_id.split("@")[0] in BOUNDARY_BACKENDS \
-            and not (ds.directory / "boundary.json").exists():
-        # single-kernel models of this runtime pay layout/precision conversions at
-        # their edges that whole models do not (nnmeter.predictors.boundary)
-        from nnmeter.predictors.boundary import measure_boundary, write_boundary
-
-        logger.info("measuring the boundary cost of single-kernel models")
-        write_boundary(ds.directory, measure_boundary(backend_id, ds.directory))
-    if calibrate_weight_stream and own_profiler \
-            and not (ds.directory / "weight_stream.json").exists():
-        # single-kernel models time their weights hot in the cache; in a whole model
-        # they come from memory (nnmeter.predictors.weight_stream)
-        from nnmeter.predictors.weight_stream import measure_weight_stream, write_weight_stream
-
-        logger.info("measuring the weight streaming rate")
-        write_weight_stream(ds.directory, measure_weight_stream(backend_id, ds.directory))
-    if calibrate_reorders and own_profiler and backend_id.split("@")[0] in LAYOUT_BLOCK \
-            and not (ds.directory / "reorders.json").exists():
-        # how a layout reorder's cost rises past the caches (nnmeter.predictors.reorder)
-        from nnmeter.predictors.reorder import measure_reorders, write_reorders
-
-        logger.info("profiling the layout reorders of single-kernel models")
-        try:
-            write_reorders(ds.directory, measure_reorders(backend_id, ds.directory))
-        except DatasetError as err:  # no blocked kernel measured yet: the relu line stays
-            logger.warning("reorder calibration skipped: %s", err)
-    if calibrate_chain and own_profiler \
-            and not (ds.directory / "chain_excess.json").exists():
-        # what a single-kernel model costs beyond its kernel's time inside a model
-        # (nnmeter.predictors.chain)
-        from nnmeter.predictors.chain import measure_chain, write_chain
-
-        logger.info("measuring chains of kernels against single kernels")
-        try:
-            write_chain(ds.directory, measure_chain(backend_id, dataset=dataset, root=root))
-        except (DatasetError, PredictorError, MeasurementError) as err:
-            logger.warning("chain calibration skipped: %s", err)
+    if own_profiler:
+        base = backend_id.split("@")[0]
+        _calibrate(backend_id, ds.directory, [
+            name for name, wanted in (
+                ("boundary", calibrate_boundary and base in BOUNDARY_BACKENDS),
+                ("weight_stream", calibrate_weight_stream),
+                ("reorder", calibrate_reorders and base in LAYOUT_BLOCK),
+                ("chain", calibrate_chain)) if wanted])
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

@@ -179,7 +179,7 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
 
     chains = []
 
-    def fake_chain(backend_id, **kw):
+    def fake_chain(backend_id, dataset_dir, **kw):
         chains.append(backend_id)
         return {"backend_id": backend_id, "excess_ms": 0.0, "families": {}, "points": [],
                 "fingerprint_id": None}

@@ -22,9 +22,11 @@ Examples
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,24 +96,25 @@ def chain_graph(name: str, c: int, hw: int, k: int, n: int) -> Any:
     return b.build([y])
 
 
-def measure_chain(backend_id: str, *, dataset: str | None = None, root: Any = None,
-                  profiler: Any = None,
+def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, profiler: Any = None,
                   on_point: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Measure the chains of :func:`chain_cases` on ``backend_id`` and return the
-    calibration record (``excess_ms``, per-family ``families``, raw ``points``).
+    calibration record (``excess_ms``, per-family ``families``, raw ``points``) for the
+    dataset in ``dataset_dir`` (``<root>/datasets/kernels/<dataset id>``).
 
     The overhead, reorder and boundary costs subtracted are those training removes,
-    from the dataset's predictor trained without a chain correction. ``on_point`` is called with
-    each point as it is measured."""
+    from the dataset's predictor trained without a chain correction. ``on_point`` is
+    called with each point as it is measured."""
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors import PredictorSettings, load_predictor
-    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
-    from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
-    from nnmeter.predictors.reorder import reorder_ms
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.layout import LAYOUT_BLOCK
+    from nnmeter.predictors.reorder import single_kernel_reorders_ms
 
-    ds = KernelDataset(kernel_dataset_dir(dataset or backend_id, root), backend_id)
-    pred = load_predictor(backend_id, dataset=dataset, root=root,
+    where = Path(dataset_dir)
+    ds = KernelDataset(where, backend_id)
+    pred = load_predictor(backend_id, dataset=where.name, root=where.parents[2],
                           settings=PredictorSettings(chain_correction=False))
     overhead = pred.overhead_ms
     block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
@@ -129,10 +132,7 @@ def measure_chain(backend_id: str, *, dataset: str | None = None, root: Any = No
     def reorders(kt: Any, cfg: Any) -> float:
         if not block or not line:
             return 0.0
-        moved = [n for n in reorder_elements(kt, cfg, block) if n]
-        if curve:
-            return sum(reorder_ms(curve, n, tuple(line)) for n in moved)
-        return sum(line[0] + line[1] * n for n in moved)
+        return single_kernel_reorders_ms(kt, cfg, block, line, curve)
 
     own = profiler is None
     prof = Profiler(backend_id) if own else profiler

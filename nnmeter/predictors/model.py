@@ -51,7 +51,7 @@ from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.absorbed import absorbed_kernels
 from nnmeter.predictors.features import model_input
 from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
-from nnmeter.predictors.reorder import reorder_ms
+from nnmeter.predictors.reorder import reorder_cost_ms
 from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, refetch_many_ms
 from nnmeter.predictors.weight_stream import stream_floor_ms
 
@@ -431,12 +431,8 @@ class LatencyPredictor:
             return hit[1]
         moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo,
                                absorbed=self.absorbed(graph, kernels))
-        if self._reorder_curve:
-            curve, line = self._reorder_curve, self._reorder_cost
-            value = float(sum(reorder_ms(curve, n, line) for n in moved))
-        else:
-            fixed, per_elem = self._reorder_cost
-            value = float(sum(fixed + per_elem * n for n in moved))
+        line, curve = self._reorder_cost, self._reorder_curve
+        value = float(sum(reorder_cost_ms(n, line, curve) for n in moved))
         if len(cache) > 4096:
             cache.clear()
         cache[id(kernels)] = (kernels, value)

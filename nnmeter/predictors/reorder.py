@@ -55,6 +55,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ import numpy as np
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["REORDER_FILE", "REORDER_OPS", "fit_reorder_curve", "reorder_ms",
+           "reorder_cost_ms", "single_kernel_reorders_ms",
            "measure_reorders", "write_reorders", "read_reorders"]
 
 #: per-dataset file holding the profiled reorder cost
@@ -248,3 +250,27 @@ def reorder_ms(curve: dict[str, Any], elements: float,
         ref = curve["in_cache_ms_per_element"]
         scale = max(1.0, _curve_ms(curve, elements) / elements / ref)
     return (line[0] + line[1] * elements) * scale
+
+
+def reorder_cost_ms(elements: float, line: Sequence[float],
+                    curve: dict[str, Any] | None = None) -> float:
+    """Time (ms) of one reorder as training and prediction count it: the relu ``line``
+    (fixed ms, ms per element), scaled past the caches by the profiled ``curve`` when the
+    dataset has one (:func:`reorder_ms`)."""
+    if curve:
+        return reorder_ms(curve, elements, line)
+    return line[0] + line[1] * elements
+
+
+def single_kernel_reorders_ms(kernel_type: Any, config: Any, block: int,
+                              line: Sequence[float],
+                              curve: dict[str, Any] | None = None) -> float:
+    """Time (ms) of the layout reorders a single-kernel model of ``config`` executes:
+    into and out of the blocked layout, and a fused residual add's second input, which
+    the single-kernel model also reorders (in a model it arrives blocked from the
+    convolution that made it). 0 for a kernel that runs unblocked."""
+    from nnmeter.predictors.layout import reorder_elements
+
+    n_in, n_out = reorder_elements(kernel_type, config, block)
+    extra = n_out if "add" in getattr(kernel_type, "tail", ()) else 0
+    return sum(reorder_cost_ms(n, line, curve) for n in (n_in, n_out, extra) if n)

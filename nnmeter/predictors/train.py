@@ -161,7 +161,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     chain = read_chain(ds) if settings.chain_correction else None
     excess = chain_excess_ms(chain)
     for t, d in data.items():
-        ex = chain_excess_ms(chain, getattr(KERNEL_TYPES.get(t), "family", ""))
+        ex = chain_excess_ms(chain, _family_of(t))
         if ex:
             d.y = np.maximum(d.y - ex, 0.5 * d.y)
     # the rate at which this device streams weights from memory: inside a model no
@@ -225,30 +225,19 @@ def _remove_reorders(backend_id: str, data: dict[str, KernelData],
     (profiled on the device, :mod:`nnmeter.predictors.reorder`) when given, else the
     relu line. Returns the relu line (the fallback the predictor keeps)."""
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.reorder import reorder_ms
+    from nnmeter.predictors.reorder import single_kernel_reorders_ms
 
     block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
     fit = fit_reorder_cost(data) if block else None
     if fit is None:
         return None
     fixed, per_elem = fit
-
-    def cost(n: int) -> float:
-        return reorder_ms(curve, n, (fixed, per_elem)) if curve else fixed + per_elem * n
-
     for t, d in data.items():
         kt = KERNEL_TYPES.get(t)
         if getattr(kt, "family", "") not in BLOCKED_FAMILIES:
             continue
-        sub = np.zeros(len(d))
-        # a fused residual add reads a second tensor of the output's shape, which the
-        # single-kernel model also reorders into the blocked layout (in a model it
-        # arrives blocked from the conv that made it)
-        extra_in = "add" in getattr(kt, "tail", ())
-        for i, cfg in enumerate(d.configs):
-            n_in, n_out = reorder_elements(kt, cfg, block)
-            moved = (n_in, n_out, n_out if extra_in else 0)
-            sub[i] = sum(cost(n) for n in moved if n)
+        sub = np.array([single_kernel_reorders_ms(kt, cfg, block, (fixed, per_elem), curve)
+                        for cfg in d.configs])
         d.y = np.maximum(d.y - sub, 0.25 * d.y)
     return [fixed, per_elem]
 

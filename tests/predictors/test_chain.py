@@ -72,9 +72,8 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
     from nnmeter.predictors.chain import COMPUTE_TYPES, LENGTHS, chain_cases, measure_chain
 
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
-    root = conv_bn_relu_dir.parents[2]  # <root>/datasets/kernels/ort-cpu
     seen = []
-    rec = measure_chain("ort-cpu", root=root, profiler=linear_cost_profiler,
+    rec = measure_chain("ort-cpu", conv_bn_relu_dir, profiler=linear_cost_profiler,
                         on_point=seen.append)
     assert len(rec["points"]) == len(chain_cases()) == len(seen)
     assert rec["lengths"] == list(LENGTHS)
