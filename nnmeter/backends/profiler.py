@@ -286,7 +286,10 @@ class Profiler:
         path = resolve_model(model, self.backend.model_format, self._tmp.name)
         job = Job(model=str(path), backend_id=self.backend_id,
                   protocol=self.protocol.with_overrides(**protocol))
-        return self.run_job(job, on_error=on_error, _hook=_hook)
+        try:
+            return self.run_job(job, on_error=on_error, _hook=_hook)
+        finally:
+            self._discard(path)
 
     def profile(self, model: Any, *, runs: int = 10,
                 timeout_s: float | None = None) -> list[ExecutedNode]:
@@ -304,8 +307,11 @@ class Profiler:
         path = resolve_model(model, self.backend.model_format, self._tmp.name)
         job = Job(model=str(path), backend_id=self.backend_id, protocol=self.protocol,
                   kind="profile", profile_runs=runs)
-        reply, why = self._request({"cmd": "profile", "job": job.as_dict()},
-                                   timeout_s or self.protocol.timeout_s)
+        try:
+            reply, why = self._request({"cmd": "profile", "job": job.as_dict()},
+                                       timeout_s or self.protocol.timeout_s)
+        finally:
+            self._discard(path)
         if reply is None:
             raise MeasurementError(f"profiling {path.name} on {self.backend_id} failed: {why}")
         if not reply.get("ok"):
@@ -313,6 +319,13 @@ class Profiler:
                 raise NotImplementedError(reply.get("error"))
             raise BackendError(str(reply.get("error")))
         return [ExecutedNode.from_dict(n) for n in reply["nodes"]]
+
+    def _discard(self, path: Path) -> None:
+        """Delete a model file this profiler exported (into its own folder) once its job
+        is done: a long run of distinct models (a test set with VGGs) would otherwise
+        keep every export on disk until the profiler closes."""
+        if path.parent.resolve() == Path(self._tmp.name).resolve():
+            path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Stop the worker politely (kill it if it does not answer)."""

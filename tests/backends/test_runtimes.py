@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -128,3 +129,18 @@ def test_measure_model_graph_exports_first():
     assert exporters is not None
     m = measure(g, "ort-cpu", **QUICK)
     assert m.ok and m.model.endswith("tiny.onnx")
+
+
+def test_exported_models_are_deleted_after_their_job(cbr_onnx):
+    _need("ort-cpu")
+    from nnmeter.ir import GraphBuilder
+
+    b = GraphBuilder("tiny", (1, 8, 16, 16))
+    g = b.build([b.relu(b.x)])
+    with Profiler("ort-cpu") as p:
+        workdir = Path(p._tmp.name)
+        assert p.measure(g, **QUICK).ok
+        assert p.profile(g, runs=1)
+        assert not list(workdir.glob("*.onnx"))  # the profiler's own exports are gone
+        assert p.measure(cbr_onnx, **QUICK).ok
+        assert Path(cbr_onnx).exists()  # a file the caller gave stays
