@@ -10,7 +10,9 @@ costs beyond slope + overhead + reorders is the *excess* a training row still ca
     excess = T(1) - overhead - reorders - edge conversions (boundary.json) - slope
 
 The configs are conv-bn-relu (1x1 and 3x3) and dwconv-bn over channel counts that run
-blocked and plain and over four sizes; their median excess is the default. Channel
+blocked and plain and over four sizes, plus large ones up to 2.4 M elements per tensor;
+their excess is fitted as a constant plus a hinge in the single-kernel model's elements
+(``nnmeter.predictors.chain.fit_size_excess``), which is the default. Channel
 shuffle, max and average pooling, relu and hswish chains give their families' own
 medians. Both are written to ``<dataset>/chain_excess.json``; training subtracts a
 kernel's family excess, else the default, from every kernel row
@@ -18,7 +20,7 @@ kernel's family excess, else the default, from every kernel row
 per dataset (:func:`nnmeter.predictors.chain.measure_chain`); this script measures it
 again and prints every point.
 
-Usage (under the measurement lock; about three minutes):
+Usage (under the measurement lock; about eight minutes on ort-cpu):
   flock /tmp/nnmeter-measure.lock python experiments/chain_calibration.py --backend ort-cpu
 """
 
@@ -52,13 +54,17 @@ def main() -> None:
                if p["kernel_type"] in COMPUTE_TYPES and p["reorders_ms"] > 0]
     plain = [p["excess_ms"] for p in pts
              if p["kernel_type"] in COMPUTE_TYPES and p["reorders_ms"] == 0]
-    print(f"compute kernels: median excess {1000 * rec['excess_ms']:.2f} µs over "
+    print(f"compute kernels: excess {1000 * rec['excess_ms']:.2f} µs (below the knee) over "
           f"{len(blocked) + len(plain)} configs (blocked "
           f"{1000 * statistics.median(blocked) if blocked else float('nan'):.2f} µs, "
           f"n={len(blocked)}; plain "
           f"{1000 * statistics.median(plain) if plain else float('nan'):.2f} µs, "
           f"n={len(plain)}); overhead {1000 * rec['overhead_ms']:.2f} µs; "
           f"{rec['seconds']:.0f} s")
+    size = rec.get("size")
+    print("size term: " + (f"{size['ms_per_melem']:.3f} ms per million elements (inputs plus "
+                           f"outputs) above {size['knee_elements'] / 1e6:.2f} M" if size
+                           else "none (no excess growing with size)"))
     for f, v in rec["families"].items():
         print(f"{f:14s} median excess {1000 * v:.2f} µs")
     if args.dry_run:

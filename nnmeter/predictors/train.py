@@ -161,8 +161,16 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     chain = read_chain(ds) if settings.chain_correction else None
     excess = chain_excess_ms(chain)
     for t, d in data.items():
-        ex = chain_excess_ms(chain, _family_of(t))
-        if ex:
+        fam = _family_of(t)
+        if chain and chain.get("size"):
+            from nnmeter.predictors.boundary import boundary_elements
+
+            kt = KERNEL_TYPES.get(t)
+            ex: Any = np.array([chain_excess_ms(chain, fam, sum(boundary_elements(kt, c)))
+                                for c in d.configs])
+        else:
+            ex = chain_excess_ms(chain, fam)
+        if np.any(ex):
             d.y = np.maximum(d.y - ex, 0.5 * d.y)
     # the rate at which this device streams weights from memory: inside a model no
     # kernel runs faster than reading its weights once (<dataset>/weight_stream.json)
@@ -211,6 +219,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
               "reorder_cost": reorder, "reorder_curve": curve if reorder else None,
               "boundary": boundary, "chain_excess_ms": excess,
               "chain_excess_families": dict((chain or {}).get("families") or {}),
+              "chain_excess_size": (chain or {}).get("size"),
               "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "weight_stream_llc_bytes": stream.get("llc_bytes") if stream else None,
               "weight_stream_refetch": bool(stream.get("refetch")) if stream else False,

@@ -69,7 +69,8 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
                                                    monkeypatch, tmp_path):
     import statistics
 
-    from nnmeter.predictors.chain import COMPUTE_TYPES, LENGTHS, chain_cases, measure_chain
+    from nnmeter.predictors.chain import (COMPUTE_TYPES, LENGTHS, chain_cases,
+                                          fit_size_excess, measure_chain)
 
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
     seen = []
@@ -84,6 +85,39 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
         assert t[3] > t[2] > t[1] > t[0] > 0
         assert p["excess_ms"] == pytest.approx(
             t[0] - rec["overhead_ms"] - p["reorders_ms"] - p["boundary_ms"] - p["slope_ms"])
-    assert rec["excess_ms"] == pytest.approx(statistics.median(
-        p["excess_ms"] for p in rec["points"] if p["kernel_type"] in COMPUTE_TYPES))
+    assert all(p["elements"] > 0 for p in rec["points"])
+    assert (rec["excess_ms"], rec["size"]) == fit_size_excess(rec["points"])
+    if rec["size"] is None:
+        assert rec["excess_ms"] == pytest.approx(statistics.median(
+            p["excess_ms"] for p in rec["points"] if p["kernel_type"] in COMPUTE_TYPES))
     assert set(rec["families"]) == {"activation", "channelshuffle", "pool"}
+
+
+def test_the_size_term_subtracts_more_from_larger_models(data_dir, tmp_path):
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    ds = KernelDataset(d, "ort-cpu")
+    b = GraphBuilder("m", (1, 64, 14, 14))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+
+    def total(size):
+        (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
+                                                "excess_ms": 0.0, "size": size}))
+        pred = train_predictor("ort-cpu", d, RULES)
+        assert pred.meta["chain_excess_size"] == size
+        return pred.predict(g, check_device=False).total_ms
+
+    none = total(None)
+    # a knee above every row changes nothing; one below every row lowers the prediction
+    assert total({"knee_elements": 1e12, "ms_per_melem": 1.0}) == pytest.approx(none)
+    assert total({"knee_elements": 0.0, "ms_per_melem": 0.5}) < none
+
+
+def test_size_fit_needs_points_above_the_knee():
+    from nnmeter.predictors.chain import fit_size_excess
+
+    flat = [{"kernel_type": "dwconv-bn", "elements": n, "excess_ms": 0.001}
+            for n in (1e5, 2e5, 4e5, 8e5)]
+    assert fit_size_excess(flat) == (0.001, None)  # no slope: the median, no size term
+    assert fit_size_excess(flat[:3]) == (0.001, None)  # too few points for a knee
+    assert fit_size_excess([]) == (0.0, None)
