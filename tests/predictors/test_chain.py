@@ -23,17 +23,21 @@ def data_dir(conv_bn_relu_dir):
     return conv_bn_relu_dir
 
 
+def _copy_with_model(data_dir, tmp_path):
+    """A writable copy of the dataset, its KernelDataset, and a conv-bn-relu model."""
+    d = tmp_path / "copy"
+    shutil.copytree(data_dir, d)
+    b = GraphBuilder("m", (1, 64, 14, 14))
+    return d, KernelDataset(d, "ort-cpu"), b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+
+
 def test_excess_is_never_negative():
     assert chain_excess_ms({"excess_ms": -0.002}) == 0.0
     assert chain_excess_ms({"excess_ms": 0.002}) == 0.002
 
 
 def test_training_subtracts_the_excess_from_every_kernel(data_dir, tmp_path):
-    d = tmp_path / "copy"
-    shutil.copytree(data_dir, d)
-    ds = KernelDataset(d, "ort-cpu")
-    b = GraphBuilder("m", (1, 64, 14, 14))
-    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+    d, ds, g = _copy_with_model(data_dir, tmp_path)
     base = train_predictor("ort-cpu", d, RULES).predict(g, check_device=False).total_ms
     (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
                                             "excess_ms": 0.001}))
@@ -50,11 +54,7 @@ def test_training_subtracts_the_excess_from_every_kernel(data_dir, tmp_path):
 
 
 def test_a_family_of_its_own_overrides_the_default(data_dir, tmp_path):
-    d = tmp_path / "copy"
-    shutil.copytree(data_dir, d)
-    ds = KernelDataset(d, "ort-cpu")
-    b = GraphBuilder("m", (1, 64, 14, 14))
-    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+    d, ds, g = _copy_with_model(data_dir, tmp_path)
     totals = {}
     for label, families in (("default", {}), ("own", {"conv": 0.003}), ("other", {"pool": 0.003})):
         (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
@@ -94,11 +94,7 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
 
 
 def test_the_size_term_subtracts_more_from_larger_models(data_dir, tmp_path):
-    d = tmp_path / "copy"
-    shutil.copytree(data_dir, d)
-    ds = KernelDataset(d, "ort-cpu")
-    b = GraphBuilder("m", (1, 64, 14, 14))
-    g = b.build([b.relu(b.bn(b.conv(b.x, 64, 3)))])
+    d, ds, g = _copy_with_model(data_dir, tmp_path)
 
     def total(size):
         (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
