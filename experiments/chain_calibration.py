@@ -3,7 +3,8 @@
 A single-kernel measurement, after the per-inference overhead and (on ort-cpu) the
 layout reorders are taken off, should be the kernel's time inside a model. This checks
 that on the device with crafted models: chains of n identical shape-preserving kernels
-(n = 1, 2, 4, 8; n = 1 is exactly the builder's single-kernel model). The slope of the
+(n = 1, 2, 4, 8; n = 1 is exactly the builder's single-kernel model; three rounds over
+the lengths, each model keeping its median round). The slope of the
 chain's time over n is the kernel's time inside a model; what the single-kernel model
 costs beyond slope + overhead + reorders is the *excess* a training row still carries:
 
@@ -20,7 +21,10 @@ kernel's family excess, else the default, from every kernel row
 per dataset (:func:`nnmeter.predictors.chain.measure_chain`); this script measures it
 again and prints every point.
 
-Usage (under the measurement lock; about eight minutes on ort-cpu):
+Runs can be merged (``--out`` one, ``--merge-with`` it in the next): every config then
+keeps its median time over all their rounds.
+
+Usage (under the measurement lock; about six minutes on ort-cpu):
   flock /tmp/nnmeter-measure.lock python experiments/chain_calibration.py --backend ort-cpu
 """
 
@@ -35,9 +39,21 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="ort-cpu")
     ap.add_argument("--dry-run", action="store_true", help="print, write nothing")
+    ap.add_argument("--out", default=None, metavar="JSON",
+                    help="write the record here instead of the dataset's chain_excess.json "
+                         "(to compare two calibrations)")
+    ap.add_argument("--merge-with", nargs="+", default=(), metavar="JSON",
+                    help="records of earlier runs (--out) on the same dataset: every config "
+                         "keeps its median time over all their rounds and this run's")
+    ap.add_argument("--only-merge", action="store_true",
+                    help="measure nothing: merge the --merge-with records")
     args = ap.parse_args()
 
-    from nnmeter.predictors.chain import COMPUTE_TYPES, measure_chain, write_chain
+    import json
+    from pathlib import Path
+
+    from nnmeter.predictors.chain import (COMPUTE_TYPES, measure_chain, merge_chain,
+                                          write_chain)
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
     def show(p: dict) -> None:
@@ -48,7 +64,17 @@ def main() -> None:
               f"edges {p['boundary_ms']:.4f}  "
               f"excess {1000 * p['excess_ms']:6.2f} µs", flush=True)
 
-    rec = measure_chain(args.backend, kernel_dataset_dir(args.backend), on_point=show)
+    earlier = [json.loads(Path(f).read_text()) for f in args.merge_with]
+    if args.only_merge:
+        if not earlier:
+            ap.error("--only-merge needs --merge-with")
+        rec = merge_chain(earlier)
+        for p in rec["points"]:
+            show(p)
+    else:
+        rec = measure_chain(args.backend, kernel_dataset_dir(args.backend), on_point=show)
+        if earlier:
+            rec = merge_chain([*earlier, rec])
     pts = rec["points"]
     blocked = [p["excess_ms"] for p in pts
                if p["kernel_type"] in COMPUTE_TYPES and p["reorders_ms"] > 0]
@@ -66,11 +92,19 @@ def main() -> None:
                            f"outputs) above {size['knee_elements'] / 1e6:.2f} M" if size
                            else "none (no excess growing with size)"))
     for f, v in rec["families"].items():
-        print(f"{f:14s} median excess {1000 * v:.2f} µs")
+        line = (rec.get("family_lines") or {}).get(f)
+        print(f"{f:14s} median excess {1000 * v:.2f} µs" + (
+            f"; line {1000 * line['a_ms']:.2f} µs + {1000 * line['ms_per_melem']:.2f} µs "
+            f"per million elements" if line else ""))
     if args.dry_run:
         return
     rec["command"] = ("flock /tmp/nnmeter-measure.lock python experiments/chain_calibration.py "
-                      f"--backend {args.backend}")
+                      f"--backend {args.backend}"
+                      + (" --merge-with <earlier --out records>" if earlier else ""))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rec, indent=1) + "\n")
+        print("wrote", args.out)
+        return
     print("wrote", write_chain(kernel_dataset_dir(args.backend), rec))
 
 

@@ -4,22 +4,34 @@ time inside a model, once the per-inference overhead and the layout reorders are
 ``experiments/chain_calibration.py`` measures it on the device: chains of n identical
 kernels (n = 1, 2, 4, 8) give the kernel's in-model time as the slope of time over n;
 the single-kernel model (n = 1) costs that, plus the overhead and its reorders, plus the
-excess. The median over the calibration's convolutions is the default; families with
-chains of their own (channel shuffle, pooling, activations) get their own median. Both
-are stored in ``<dataset>/chain_excess.json`` and training subtracts a kernel's value
-from its row (:func:`nnmeter.predictors.train.train_predictor`). The constant matters
-for models of many tiny kernels (a 0.2 ms NASBench-201 cell has about 30).
+excess. Every config is measured in :data:`ROUNDS` rounds over its lengths and each
+model keeps its median round; runs can be merged (:func:`merge_chain`). Split and
+concat are calibrated together: a link splits the tensor in halves and concatenates
+them back (:data:`PAIR_LINK`), and the split and concat single-kernel models are
+measured beside the chain; each gets half of what the two cost beyond the link.
+
+What the record holds (``<dataset>/chain_excess.json``), and what training subtracts
+from a kernel's row (:func:`nnmeter.predictors.train.train_predictor`):
+
+- families with chains of their own (channel shuffle, pooling, activations, split,
+  concat): a robust line in the single-kernel model's elements (inputs plus outputs),
+  held flat beyond the largest calibrated size (:func:`fit_family_line`), and their
+  median for callers without a size;
+- every other kernel: the convolutions' excess ``e0`` plus a size term.
+
+The constants matter for models of many tiny kernels (a 0.2 ms NASBench-201 cell has
+about 30; a ShuffleNetV2 unit has a split, a concat and a channel shuffle).
 
 Large tensors. A single-kernel model moves its input and output through more buffers
 than the kernel does inside a model (the caller's input, its reordered copy, the
 kernel's output, the caller's output), and once those no longer fit in the cache the
 model pays for it: on this machine's ONNX Runtime a 3x3 depthwise conv over
-(1, 96, 128, 128) costs 0.80 ms more alone than its 0.31 ms inside a chain, reorders
-already removed, while below about 0.4 M elements per tensor the excess is nil. The
-calibration therefore also runs large convolutions and fits the excess of the compute
-kernels as a hinge in the single-kernel model's elements (inputs plus outputs):
-``excess = e0 + k * max(0, elements - knee)`` (:func:`fit_size_excess`, stored under
-``size``); training subtracts it per row with the row's own elements.
+(1, 144, 128, 128) costs about 1 ms more alone than its 0.56 ms inside a chain,
+reorders already removed, while below about 0.4 M elements per tensor the excess is
+nil. The calibration therefore also runs large convolutions (:data:`LARGE_CASES`) and
+fits the excess of the compute kernels as a hinge in the single-kernel model's
+elements: ``excess = e0 + k * max(0, elements - knee)`` (:func:`fit_size_excess`,
+stored under ``size``); training subtracts it per row with the row's own elements.
 
 Examples
 --------
@@ -36,6 +48,7 @@ Examples
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -45,9 +58,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHAIN_FILE", "LENGTHS", "COMPUTE_TYPES", "LARGE_CASES", "chain_cases",
-           "chain_graph", "measure_chain", "fit_size_excess", "write_chain", "read_chain",
-           "chain_excess_ms"]
+__all__ = ["CHAIN_FILE", "LENGTHS", "ROUNDS", "COMPUTE_TYPES", "LARGE_CASES", "chain_cases",
+           "chain_graph", "measure_chain", "fit_size_excess", "fit_family_line", "merge_chain",
+           "write_chain", "read_chain", "chain_excess_ms", "PAIR_LINK"]
+
+#: a link of two kernels that undo each other (split into halves, concat them back):
+#: its chains calibrate split and concat, whose single-kernel models are measured too
+PAIR_LINK = "split-concat"
+
+#: rounds over a config's chain lengths; each model keeps its median round (one
+#: disturbed round bent the line of a large chain: 3.67, 3.74, 4.36, 8.01 ms for 1-8 links)
+ROUNDS = 3
 
 #: per-dataset calibration file (``nnmeter build`` and experiments/chain_calibration.py)
 CHAIN_FILE = "chain_excess.json"
@@ -72,15 +93,15 @@ LARGE_CASES = (("dwconv-bn", 64, 80, 3), ("dwconv-bn", 48, 128, 3), ("dwconv-bn"
 def chain_cases() -> list[tuple[str, int, int, int]]:
     """(kernel type, channels, height = width, kernel size) of every calibrated config:
     convolutions (1x1, 3x3) and depthwise 3x3 over channel counts that run blocked and
-    plain and four sizes, and :data:`LARGE_CASES`; channel shuffles, poolings, relu and
-    hswish over three."""
+    plain and four sizes, and :data:`LARGE_CASES`; channel shuffles, poolings, relu,
+    hswish and split-concat pairs (:data:`PAIR_LINK`) over three."""
     cases = [(name, c, hw, k) for name, k in (("conv-bn-relu", 1), ("conv-bn-relu", 3),
                                               ("dwconv-bn", 3))
              for c in (24, 58, 64, 116) for hw in (7, 14, 28, 56)
              if not (name == "conv-bn-relu" and k == 3 and c * hw > 116 * 28)]
     cases += list(LARGE_CASES)
     cases += [(name, c, hw, 3) for name in ("channelshuffle", "maxpool", "avgpool", "relu",
-                                            "hswish")
+                                            "hswish", PAIR_LINK)
               for c in (24, 58, 64, 116) for hw in (7, 14, 28)]
     return cases
 
@@ -128,6 +149,9 @@ def fit_size_excess(points: list[dict[str, Any]], *, min_above: int = 3
 
 
 def _link(name: str, b: Any, y: Any, c: int, k: int, i: int) -> Any:
+    if name == PAIR_LINK:
+        halves = b.split(y, [c // 2, c - c // 2], name=f"s{i}")
+        return b.concat(list(halves), name=f"j{i}")
     if name == "conv-bn-relu":
         return b.relu(b.bn(b.conv(y, c, k, 1, name=f"c{i}"), name=f"b{i}"), name=f"r{i}")
     if name == "dwconv-bn":
@@ -166,12 +190,15 @@ def chain_graph(name: str, c: int, hw: int, k: int, n: int) -> Any:
 
 
 def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, profiler: Any = None,
-                  on_point: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                  on_point: Callable[[dict[str, Any]], None] | None = None,
+                  rounds: int = ROUNDS) -> dict[str, Any]:
     """Measure the chains of :func:`chain_cases` on ``backend_id`` and return the
     calibration record (``excess_ms``, per-family ``families``, raw ``points``) for the
     dataset in ``dataset_dir`` (``<root>/datasets/kernels/<dataset id>``).
 
-    The overhead, reorder and boundary costs subtracted are those training removes,
+    Each config's lengths are measured in ``rounds`` rounds and each keeps its median
+    time (``rounds_ms`` keeps them all). The overhead, reorder and boundary costs
+    subtracted are those training removes,
     from the dataset's predictor trained without a chain correction. ``on_point`` is
     called with each point as it is measured."""
     from nnmeter.backends import Profiler
@@ -210,35 +237,154 @@ def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, profiler: 
     t0 = time.time()
     try:
         for name, c, hw, k in chain_cases():
-            kt = KERNEL_TYPES.get(name)
-            cfg = chain_config(kt, c, hw, k)
-            times = [prof.measure(kt.build_graph(cfg) if n == 1 else
-                                  chain_graph(name, c, hw, k, n), on_error="raise").latency_ms
-                     for n in LENGTHS]
-            slope = float(np.polyfit(LENGTHS, times, 1)[0])
-            r, e = reorders(kt, cfg), boundary(kt, cfg)
-            point = {"kernel_type": name, "config": kt.config_to_dict(cfg), "chain_ms": times,
-                     "slope_ms": slope, "reorders_ms": r, "boundary_ms": e,
-                     "elements": sum(boundary_elements(kt, cfg)),
-                     "excess_ms": float(times[0] - overhead - r - e - slope)}
+            if name == PAIR_LINK:
+                parts = [(KERNEL_TYPES.get("split"),
+                          KERNEL_TYPES.get("split").config_cls(
+                              h=hw, w=hw, cin=c, sizes=(c // 2, c - c // 2))),
+                         (KERNEL_TYPES.get("concat"),
+                          KERNEL_TYPES.get("concat").config_cls(
+                              h=hw, w=hw, cins=(c // 2, c - c // 2)))]
+                singles = [kt.build_graph(cfg) for kt, cfg in parts]
+                graphs = singles + [chain_graph(name, c, hw, k, n) for n in LENGTHS]
+            else:
+                kt = KERNEL_TYPES.get(name)
+                parts = [(kt, chain_config(kt, c, hw, k))]
+                singles = []
+                graphs = [kt.build_graph(parts[0][1]) if n == 1 else
+                          chain_graph(name, c, hw, k, n) for n in LENGTHS]
+            # rounds over all lengths, so that a slow spell hits one round, not one length
+            runs = [[prof.measure(g, on_error="raise").latency_ms for g in graphs]
+                    for _ in range(max(1, rounds))]
+            point = _summarise({
+                "kernel_type": name, "config": parts[0][0].config_to_dict(parts[0][1]),
+                "singles": len(singles), "rounds_ms": runs,
+                "reorders_ms": sum(reorders(kt, cfg) for kt, cfg in parts),
+                "boundary_ms": sum(boundary(kt, cfg) for kt, cfg in parts),
+                "elements": sum(boundary_elements(*parts[0]))}, overhead)
             points.append(point)
             if on_point is not None:
                 on_point(point)
     finally:
         if own:
             prof.close()
+    rec = _record(points, overhead)
+    rec.update({"backend_id": backend_id, "fingerprint_id": ds.fingerprint_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "rounds": max(1, rounds),
+                "seconds": time.time() - t0})
+    return rec
+
+
+def _summarise(point: dict[str, Any], overhead: float) -> dict[str, Any]:
+    """Fill in a raw point's times (median round per model), slope and excess.
+
+    The median, not the fastest: a training row is one measurement, and the fastest of
+    several rounds would sit below it, more so for the single model than for the
+    chain's slope; the median still ignores one disturbed round of three.
+
+    ``rounds_ms`` rows list the ``singles`` single-kernel models first (a pair link's
+    split and concat), then the chain lengths of :data:`LENGTHS`; without singles the
+    chain of one link is the single-kernel model. A pair's excess is per kernel: what
+    its two single models cost beyond the link's in-model time, halved.
+    """
+    times = [float(np.median(col)) for col in zip(*point["rounds_ms"])]
+    k = int(point.get("singles", 0))
+    chain = times[k:]
+    slope = float(np.polyfit(LENGTHS, chain, 1)[0])
+    alone = sum(times[:k]) if k else chain[0]
+    n = max(k, 1)
+    excess = (alone - n * overhead - point["reorders_ms"] - point["boundary_ms"] - slope) / n
+    out = dict(point, chain_ms=chain, slope_ms=slope, excess_ms=float(excess))
+    if k:
+        out["singles_ms"] = times[:k]
+    return out
+
+
+def _families_of(kernel_type: str) -> tuple[str, ...]:
+    from nnmeter.kernels import KERNEL_TYPES
+
+    if kernel_type == PAIR_LINK:
+        return ("split", "concat")
+    return (KERNEL_TYPES.get(kernel_type).family or kernel_type,)
+
+
+def fit_family_line(points: list[dict[str, Any]]) -> dict[str, float] | None:
+    """A robust line ``excess = a + b * elements`` (Theil-Sen: the median of the pairwise
+    slopes, clamped at 0, and the median intercept) through a family's points; None
+    with fewer than 4 points. ``max_elements`` is the largest calibrated size: the line
+    is not extended beyond it (:func:`chain_excess_ms`).
+
+    Examples
+    --------
+    >>> pts = [{"elements": n, "excess_ms": 0.001 + 2e-8 * n} for n in (1e4, 2e4, 4e4, 8e4)]
+    >>> pts.append({"elements": 3e4, "excess_ms": 0.05})  # one disturbed point
+    >>> line = fit_family_line(pts)
+    >>> round(line["a_ms"], 6), round(line["ms_per_melem"], 4)
+    (0.001, 0.02)
+    """
+    if len(points) < 4:
+        return None
+    x = np.array([float(p["elements"]) for p in points])
+    y = np.array([float(p["excess_ms"]) for p in points])
+    i, j = np.triu_indices(len(x), 1)
+    ok = x[i] != x[j]
+    b = max(float(np.median((y[j] - y[i])[ok] / (x[j] - x[i])[ok])), 0.0) if ok.any() else 0.0
+    return {"a_ms": float(np.median(y - b * x)), "ms_per_melem": b * 1e6,
+            "max_elements": float(x.max())}
+
+
+def _record(points: list[dict[str, Any]], overhead: float) -> dict[str, Any]:
+    """The calibration record of summarised points (see :func:`measure_chain`)."""
     default, size = fit_size_excess(points)
-    by_family: dict[str, list[float]] = {}
+    by_family: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         if p["kernel_type"] not in COMPUTE_TYPES:
-            fam = KERNEL_TYPES.get(p["kernel_type"]).family
-            by_family.setdefault(fam, []).append(p["excess_ms"])
-    return {"backend_id": backend_id, "fingerprint_id": ds.fingerprint_id,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "excess_ms": default,
-            "size": size,
-            "families": {f: statistics.median(v) for f, v in sorted(by_family.items())},
-            "overhead_ms": overhead, "lengths": list(LENGTHS), "seconds": time.time() - t0,
-            "points": points}
+            for fam in _families_of(p["kernel_type"]):
+                by_family.setdefault(fam, []).append(p)
+    lines = {f: fit_family_line(v) for f, v in sorted(by_family.items())}
+    return {"excess_ms": default, "size": size,
+            "families": {f: statistics.median(p["excess_ms"] for p in v)
+                         for f, v in sorted(by_family.items())},
+            "family_lines": {f: v for f, v in lines.items() if v is not None},
+            "overhead_ms": overhead, "lengths": list(LENGTHS), "points": points}
+
+
+def merge_chain(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from several calibrations of the same dataset: every config keeps its
+    median time per model over all their rounds, and the fits are redone.
+
+    Raises
+    ------
+    ValueError
+        If the records are of different fingerprints or overheads, or one has no rounds.
+    """
+    if not records:
+        raise ValueError("nothing to merge")
+    first = records[0]
+    for r in records[1:]:
+        if (r.get("fingerprint_id"), r.get("overhead_ms")) != (first.get("fingerprint_id"),
+                                                              first.get("overhead_ms")):
+            raise ValueError("chain records of different fingerprints or overheads "
+                             "cannot be merged")
+    merged: dict[str, dict[str, Any]] = {}
+    for r in records:
+        for p in r["points"]:
+            if "rounds_ms" not in p:
+                raise ValueError("a record without rounds_ms (measured before rounds were "
+                                 "kept) cannot be merged")
+            key = json.dumps([p["kernel_type"], p["config"]], sort_keys=True)
+            if key in merged:
+                merged[key]["rounds_ms"] = merged[key]["rounds_ms"] + p["rounds_ms"]
+            else:
+                merged[key] = dict(p)
+    overhead = float(first["overhead_ms"])
+    points = [_summarise(p, overhead) for p in merged.values()]
+    rec = _record(points, overhead)
+    rec.update({k: first[k] for k in ("backend_id", "fingerprint_id") if k in first})
+    rec.update({"created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "rounds": sum(int(r.get("rounds", 1)) for r in records),
+                "merged": [r.get("created") for r in records],
+                "seconds": sum(float(r.get("seconds", 0.0)) for r in records)})
+    return rec
 
 
 def write_chain(dataset_dir: Any, record: dict[str, Any]) -> Any:
@@ -266,13 +412,21 @@ def read_chain(dataset: Any) -> dict[str, Any] | None:
 
 def chain_excess_ms(record: dict[str, Any] | None, family: str = "",
                     elements: float | None = None) -> float:
-    """The per-kernel excess (ms) of a record for kernels of ``family``: the family's own
-    when it was calibrated, else the default, plus the record's size term for a
-    single-kernel model of ``elements`` (inputs plus outputs) when both are given; 0
-    without a record (never negative)."""
+    """The per-kernel excess (ms) of a record for kernels of ``family`` whose
+    single-kernel model has ``elements`` (inputs plus outputs): the family's fitted line
+    when it has one and ``elements`` is given (held flat beyond the largest calibrated
+    size), else its median; for a family without
+    chains the default plus the size term. 0 without a record (never negative)."""
     if not record:
         return 0.0
-    value = float((record.get("families") or {}).get(family, record.get("excess_ms", 0.0)))
+    line = (record.get("family_lines") or {}).get(family)
+    if line and elements is not None:
+        n = min(float(elements), float(line.get("max_elements", elements)))
+        return max(0.0, float(line["a_ms"]) + float(line["ms_per_melem"]) * 1e-6 * n)
+    families = record.get("families") or {}
+    if family in families:
+        return max(0.0, float(families[family]))
+    value = float(record.get("excess_ms", 0.0))
     size = record.get("size")
     if size and elements is not None:
         value += float(size["ms_per_melem"]) * 1e-6 * max(

@@ -162,7 +162,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     excess = chain_excess_ms(chain)
     for t, d in data.items():
         fam = _family_of(t)
-        if chain and chain.get("size"):
+        if chain and (chain.get("size") or fam in (chain.get("family_lines") or {})):
             from nnmeter.predictors.boundary import boundary_elements
 
             kt = KERNEL_TYPES.get(t)
@@ -220,6 +220,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
               "boundary": boundary, "chain_excess_ms": excess,
               "chain_excess_families": dict((chain or {}).get("families") or {}),
               "chain_excess_size": (chain or {}).get("size"),
+              "chain_excess_lines": dict((chain or {}).get("family_lines") or {}),
               "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
               "weight_stream_llc_bytes": stream.get("llc_bytes") if stream else None,
               "weight_stream_refetch": bool(stream.get("refetch")) if stream else False,

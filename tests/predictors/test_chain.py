@@ -69,8 +69,9 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
                                                    monkeypatch, tmp_path):
     import statistics
 
-    from nnmeter.predictors.chain import (COMPUTE_TYPES, LENGTHS, chain_cases,
-                                          fit_size_excess, measure_chain)
+    from nnmeter.predictors.chain import (COMPUTE_TYPES, LENGTHS, PAIR_LINK, ROUNDS,
+                                          chain_cases, fit_size_excess, measure_chain,
+                                          merge_chain)
 
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
     seen = []
@@ -80,17 +81,46 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
     assert rec["lengths"] == list(LENGTHS)
     for p in rec["points"]:
         # the fake's time is linear in the chain's FLOPs and weights: the slope is one
-        # kernel's share, and the excess is what the single model costs beyond it
+        # link's share, and the excess is what the single models cost beyond it
         t = p["chain_ms"]
         assert t[3] > t[2] > t[1] > t[0] > 0
-        assert p["excess_ms"] == pytest.approx(
-            t[0] - rec["overhead_ms"] - p["reorders_ms"] - p["boundary_ms"] - p["slope_ms"])
+        fixed = rec["overhead_ms"] * max(p["singles"], 1) + p["reorders_ms"] + p["boundary_ms"]
+        if p["kernel_type"] == PAIR_LINK:  # split and concat alone, per kernel
+            assert p["singles"] == 2 and len(p["singles_ms"]) == 2
+            assert p["excess_ms"] == pytest.approx(
+                (sum(p["singles_ms"]) - fixed - p["slope_ms"]) / 2)
+        else:
+            assert p["singles"] == 0
+            assert p["excess_ms"] == pytest.approx(t[0] - fixed - p["slope_ms"])
     assert all(p["elements"] > 0 for p in rec["points"])
+    assert rec["rounds"] == ROUNDS
+    for p in rec["points"]:  # each model keeps its median round
+        assert len(p["rounds_ms"]) == ROUNDS
+        median = [statistics.median(col) for col in zip(*p["rounds_ms"])]
+        assert p["chain_ms"] == pytest.approx(median[p["singles"]:])
     assert (rec["excess_ms"], rec["size"]) == fit_size_excess(rec["points"])
     if rec["size"] is None:
         assert rec["excess_ms"] == pytest.approx(statistics.median(
             p["excess_ms"] for p in rec["points"] if p["kernel_type"] in COMPUTE_TYPES))
-    assert set(rec["families"]) == {"activation", "channelshuffle", "pool"}
+    fams = {"activation", "channelshuffle", "pool", "split", "concat"}
+    assert set(rec["families"]) == set(rec["family_lines"]) == fams
+    # merging a record with itself keeps every median time and doubles the rounds
+    merged = merge_chain([rec, rec])
+    assert merged["rounds"] == 2 * ROUNDS and len(merged["points"]) == len(rec["points"])
+    assert [p["excess_ms"] for p in merged["points"]] == pytest.approx(
+        [p["excess_ms"] for p in rec["points"]])
+    with pytest.raises(ValueError, match="fingerprints"):
+        merge_chain([rec, {**rec, "fingerprint_id": "other"}])
+
+
+def test_a_family_line_sets_the_excess_by_size():
+    rec = {"excess_ms": 0.001, "families": {"split": 0.002},
+           "family_lines": {"split": {"a_ms": 0.001, "ms_per_melem": 0.05}}}
+    assert chain_excess_ms(rec, "split", elements=100_000) == pytest.approx(0.006)
+    rec["family_lines"]["split"]["max_elements"] = 50_000  # not extended past the calibration
+    assert chain_excess_ms(rec, "split", elements=100_000) == pytest.approx(0.0035)
+    assert chain_excess_ms(rec, "split") == 0.002  # no size given: the median
+    assert chain_excess_ms(rec, "conv", elements=100_000) == 0.001
 
 
 def test_the_size_term_subtracts_more_from_larger_models(data_dir, tmp_path):
