@@ -10,7 +10,11 @@ Two parts, both from the datasets on disk (no new measurements):
    LightGBM; and "shipped": the regressor and data source the predictor really uses
    for the type (``predictor.json``: LightGBM or the forest, trained on the type's own
    rows or pooled with its family's, e.g. every ``conv-*`` row), trained the same way
-   without the test rows.
+   without the test rows; and "predictor": the whole predictor the way it works, trained
+   without any type's test configs (``train_predictor(keep=...)``), predicting each test
+   config's single-kernel model as a model (overhead, kernel, layout reorders) plus the
+   chain excess that training removed from the rows. "shipped" scores the regressor
+   against the raw single-kernel times; "predictor" also scores the corrections.
 Next to it, the noise floor of any accuracy figure: the median relative spread between
 the protocol's rounds of the stored rows, and, with ``--remeasure N`` (run it under the
 measurement lock), the share of up to N test configurations per type whose fresh
@@ -59,7 +63,18 @@ def main() -> None:
         source_of = choice.get("source", {})
         print(f"{'kernel type':22s} {'n':>5s} {'test':>5s} {'rf ±10%':>8s} {'rf ±5%':>7s} "
               f"{'MAPE%':>6s} {'rf-raw':>7s} {'lgbm':>6s} {'shipped ±10/±5%':>22s} "
-              f"{'spread%':>8s} {'repeat ±10/±5%':>15s}")
+              f"{'predictor':>10s} {'spread%':>8s} {'repeat ±10/±5%':>15s}")
+        # the whole predictor, trained without any type's test configs
+        from nnmeter.fusion import load_rules
+        from nnmeter.predictors.boundary import boundary_elements
+        from nnmeter.predictors.chain import chain_excess_ms, read_chain
+        from nnmeter.predictors.train import train_predictor
+
+        def held(t: str, c, o: str) -> bool:
+            return split_of(KERNEL_TYPES.get(t).config_to_dict(c), o) != "test"
+
+        whole = train_predictor(b, ds.directory, load_rules(b), keep=held)
+        chain = read_chain(ds) if whole.meta["settings"].get("chain_correction") else None
         # every type's rows and split, for the family-pooled "shipped" regressors
         loaded = {}
         for t in ds.kernel_types():
@@ -106,6 +121,12 @@ def main() -> None:
             row["shipped"] = evaluate(reg.fit(X, y).predict(d.X[te]), d.y[te]).as_dict()
             row["shipped_as"] = f"{regressor_of.get(kind, 'rf')}" + (
                 f" on {fam}-*" if source_of.get(t) == "family" else "")
+            alone = []
+            for i in np.flatnonzero(te):
+                c = d.configs[i]
+                alone.append(whole.predict(kt.build_graph(c), check_device=False).total_ms
+                             + chain_excess_ms(chain, fam, sum(boundary_elements(kt, c))))
+            row["predictor"] = evaluate(np.array(alone), d.y[te]).as_dict()
             spreads = [r.get("spread") for r in ds.rows(t) if r.get("spread") is not None]
             row["median_spread_percent"] = 100 * float(np.median(spreads)) if spreads else None
             rep = ""
@@ -135,6 +156,7 @@ def main() -> None:
                   f"{100*row['rf_raw']['acc10']:7.1f} {100*row['lgbm']['acc10']:6.1f} "
                   f"{100*row['shipped']['acc10']:5.1f}/{100*row['shipped']['acc5']:4.1f} "
                   f"{row['shipped_as']:>11s} "
+                  f"{100*row['predictor']['acc10']:5.1f}/{100*row['predictor']['acc5']:4.1f} "
                   f"{row['median_spread_percent'] or float('nan'):8.2f} {rep:>15s}")
         if prof is not None:
             prof.close()

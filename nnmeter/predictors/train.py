@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,12 @@ class KernelData:
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def subset(self, mask: np.ndarray) -> "KernelData":
+        """The rows where ``mask`` is true."""
+        idx = np.flatnonzero(mask)
+        return KernelData(self.kernel_type, [self.configs[i] for i in idx], self.X[idx],
+                          self.y[idx], self.fb[idx], [self.origins[i] for i in idx])
 
 
 def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
@@ -114,8 +121,13 @@ def work_feature(kernel_type: Any) -> int | None:
 
 
 def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
-                    settings: PredictorSettings | None = None) -> LatencyPredictor:
+                    settings: PredictorSettings | None = None, *,
+                    keep: Callable[[str, Any, str], bool] | None = None) -> LatencyPredictor:
     """Train every regressor of a predictor from the dataset in ``dataset_dir``.
+
+    ``keep(kernel_type, config, origin)``, when given, selects the rows to train on
+    (``experiments/kernel_accuracy.py`` holds the test configs out this way); the
+    calibrations are used as they are.
 
     Raises
     ------
@@ -129,6 +141,9 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     data: dict[str, KernelData] = {}
     for t in ds.kernel_types():
         d = load_kernel_data(ds, t)
+        if d is not None and keep is not None:
+            mask = np.array([keep(t, c, o) for c, o in zip(d.configs, d.origins)], dtype=bool)
+            d = d.subset(mask) if mask.any() else None
         if d is not None:
             data[t] = d
     if not data:

@@ -94,3 +94,14 @@ def test_a_head_type_on_its_family_is_predicted_by_the_family(data_dir, tmp_path
     rows = pred.predict(b.build([b.conv(b.x, 24)]), check_device=False).rows
     assert [(r.type, r.estimated_by) for r in rows] == [("conv", "family:conv")]
     assert rows[0].predicted_ms > 0
+
+
+def test_keep_trains_on_the_selected_rows_only(data_dir):
+    full = train_predictor("ort-cpu", data_dir, RULES)
+    small = train_predictor("ort-cpu", data_dir, RULES,
+                            keep=lambda t, c, o: t != "conv-bn" and c.h <= 14)
+    assert "conv-bn" not in small.meta["samples"]
+    assert small.meta["samples"]["conv-bn-relu"] < full.meta["samples"]["conv-bn-relu"]
+    # keeping every row changes nothing
+    same = train_predictor("ort-cpu", data_dir, RULES, keep=lambda t, c, o: True)
+    assert same.meta["samples"] == full.meta["samples"]
