@@ -181,6 +181,44 @@ def fallback_features(kernel_type: Any, config: Any, features: np.ndarray | None
         return np.zeros(2)
 
 
+def model_edges_ms(graph: Any, kernels: Sequence[Any], fit: dict[str, Any]) -> float:
+    """Edge conversions a whole model pays at its own inputs and outputs, from the fit
+    training removed from every single-kernel row (:mod:`nnmeter.predictors.boundary`):
+    each graph input at the input rate of the family of the kernel that reads it, each
+    output at the output rate of the family of the kernel that writes it, and the fixed
+    part of those two families, half each.
+
+    Examples
+    --------
+    >>> from nnmeter.ir import GraphBuilder
+    >>> from nnmeter.partition import partition
+    >>> from nnmeter.fusion.rules import FusionRules
+    >>> b = GraphBuilder("m", (1, 4, 10, 10))
+    >>> g = b.build([b.relu(b.conv(b.x, 8, 3))])
+    >>> ks = partition(g, FusionRules.from_decisions("x", pairs={("conv", "relu"): True}))
+    >>> fit = {"shared": [0.0, 0.0, 0.0], "families": {"conv": [0.002, 1e-6, 2e-6]}}
+    >>> round(model_edges_ms(g, ks, fit), 6)  # 0.002 + 400 in + 800 out elements
+    0.004
+    """
+    from nnmeter.predictors.boundary import boundary_cost_ms
+
+    owner = {n: k for k in kernels for n in k.nodes}
+    total = 0.0
+    for name in graph.input_names:
+        readers = [owner[r] for r in graph.successors(name) if r in owner]
+        if readers:
+            fam = readers[0].kernel_type.family or readers[0].type
+            n = math.prod(graph.node(name).output_shape)
+            total += boundary_cost_ms(fit, fam, n, 0) - boundary_cost_ms(fit, fam, 0, 0) / 2
+    for ref in graph.outputs:
+        k = owner.get(ref.node)
+        if k is not None:
+            fam = k.kernel_type.family or k.type
+            n = math.prod(graph.shape_of(ref))
+            total += boundary_cost_ms(fit, fam, 0, n) - boundary_cost_ms(fit, fam, 0, 0) / 2
+    return max(total, 0.0)
+
+
 class LatencyPredictor:
     """Predicts model latency on one backend from per-kernel regressors.
 
@@ -239,6 +277,9 @@ class LatencyPredictor:
         # whether kernels that re-read their weights pay the fetch on top (else every
         # kernel only gets the streaming floor); per dataset, in weight_stream.json
         self._stream_refetch = bool(self.meta.get("weight_stream_refetch"))
+        # the edge-conversion fit training removed from every row (boundary.json): a
+        # model pays it once, at its own inputs and outputs
+        self._edges = self.meta.get("boundary") or None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -419,9 +460,11 @@ class LatencyPredictor:
         return value
 
     def layout_ms(self, graph: Any, kernels: Sequence[Any]) -> float:
-        """Time of the layout reorders ``graph`` executes as a whole (0 on backends
-        without a blocked layout or predictors trained without reorder removal)."""
-        if not self._layout_block:
+        """Time of the layout reorders and conversions ``graph`` executes as a whole:
+        the reorders of a blocked layout (ORT's NCHWc), and the edge conversions at the
+        model's own inputs and outputs where training removed them from every kernel
+        row (``boundary.json``, OpenVINO). 0 when the predictor models neither."""
+        if not self._layout_block and not self._edges:
             return 0.0
         # The partition cache hands back the same kernel list for a graph it has seen,
         # so the reorders of a repeated graph are looked up rather than recounted.
@@ -429,10 +472,14 @@ class LatencyPredictor:
         hit = cache.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo,
-                               absorbed=self.absorbed(graph, kernels))
-        line, curve = self._reorder_cost, self._reorder_curve
-        value = float(sum(reorder_cost_ms(n, line, curve) for n in moved))
+        value = 0.0
+        if self._layout_block:
+            moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo,
+                                   absorbed=self.absorbed(graph, kernels))
+            line, curve = self._reorder_cost, self._reorder_curve
+            value += float(sum(reorder_cost_ms(n, line, curve) for n in moved))
+        if self._edges:
+            value += model_edges_ms(graph, kernels, self._edges)
         if len(cache) > 4096:
             cache.clear()
         cache[id(kernels)] = (kernels, value)

@@ -140,3 +140,21 @@ def test_choose_regressors_is_recorded_and_used(root, tmp_path):
     (d / "predictor.json").write_text(json.dumps({"regressor": {"relu": "lgbm"}}))
     pred = train_predictor("ort-cpu", d, RULES)
     assert isinstance(pred.regressors["type:relu"], LightGBMKernelRegressor)
+
+
+def test_edge_conversions_are_paid_once_per_model(predictor):
+    # a predictor whose training removed edge conversions (boundary.json) adds them back
+    # once, at the model's own input and output, in predict and predict_many alike
+    fit = {"shared": [0.0, 0.0, 0.0], "families": {"conv": [0.002, 1e-6, 2e-6]}}
+    edged = LatencyPredictor(predictor.backend_id, predictor.rules, predictor.regressors,
+                             device=predictor.device, overhead_ms=predictor.overhead_ms,
+                             meta={**predictor.meta, "boundary": fit})
+    g = _model()
+    base = predictor.predict(g, check_device=False)
+    rep = edged.predict(g, check_device=False)
+    # input (1, 16, 28, 28) read by a conv kernel; the output is written by a kernel of
+    # another family, which takes the shared coefficients (0 here)
+    expected = 0.001 + 1e-6 * 16 * 28 * 28
+    assert rep.layout_ms - base.layout_ms == pytest.approx(expected)
+    assert rep.total_ms - base.total_ms == pytest.approx(expected)
+    assert edged.predict_many([g]) == pytest.approx([rep.total_ms])
