@@ -298,9 +298,8 @@ def remove_boundary(dataset: Any, data: dict[str, Any], *,
         return None
     fit = record["fit"]
     for t, d in data.items():
-        kt = KERNEL_TYPES.get(t)
-        family = kt.family or t
-        sub = np.array([boundary_cost_ms(fit, family, *boundary_elements(kt, cfg))
-                        for cfg in d.configs])
+        family = KERNEL_TYPES.get(t).family or t
+        sub = np.array([boundary_cost_ms(fit, family, n_in, n_out)
+                        for n_in, n_out in d.io_elements()])
         d.y = np.maximum(d.y - sub, floor_share * d.y)
     return fit

@@ -300,11 +300,9 @@ def _summarise(point: dict[str, Any], overhead: float) -> dict[str, Any]:
 
 
 def _families_of(kernel_type: str) -> tuple[str, ...]:
-    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.train import _family_of
 
-    if kernel_type == PAIR_LINK:
-        return ("split", "concat")
-    return (KERNEL_TYPES.get(kernel_type).family or kernel_type,)
+    return ("split", "concat") if kernel_type == PAIR_LINK else (_family_of(kernel_type),)
 
 
 def fit_family_line(points: list[dict[str, Any]]) -> dict[str, float] | None:

@@ -52,9 +52,22 @@ class KernelData:
         self.y = y
         self.fb = fb
         self.origins = origins
+        self._io: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def io_elements(self) -> np.ndarray:
+        """(rows, 2) input and output elements of each row's single-kernel model
+        (:func:`~nnmeter.predictors.boundary.boundary_elements`), computed once."""
+        if self._io is None:
+            from nnmeter.kernels import KERNEL_TYPES
+            from nnmeter.predictors.boundary import boundary_elements
+
+            kt = KERNEL_TYPES.get(self.kernel_type)
+            self._io = np.array([boundary_elements(kt, c) for c in self.configs],
+                                dtype=np.float64).reshape(-1, 2)
+        return self._io
 
     def subset(self, mask: np.ndarray) -> "KernelData":
         """The rows where ``mask`` is true."""
@@ -178,11 +191,8 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     for t, d in data.items():
         fam = _family_of(t)
         if chain and (chain.get("size") or fam in (chain.get("family_lines") or {})):
-            from nnmeter.predictors.boundary import boundary_elements
-
-            kt = KERNEL_TYPES.get(t)
-            ex: Any = np.array([chain_excess_ms(chain, fam, sum(boundary_elements(kt, c)))
-                                for c in d.configs])
+            ex: Any = np.array([chain_excess_ms(chain, fam, n)
+                                for n in d.io_elements().sum(axis=1)])
         else:
             ex = chain_excess_ms(chain, fam)
         if np.any(ex):
