@@ -227,3 +227,30 @@ def test_a_build_limited_to_some_kernels_keeps_the_full_prior_record(tmp_path):
     assert after["weights"] == full["weights"]  # the full run's record survives
     assert set(after["priors"]) == set(full["priors"])
     assert after["restricted_runs"] == [{"kernels": ["relu"], "weights": {"relu": 1.0}}]
+
+
+def test_depthwise_types_also_get_power_of_two_channel_configs(tmp_path):
+    from nnmeter.builder import N_ALIGNED
+
+    prior = dict(PRIOR)
+    prior["dwconv-bn"] = [{"h": h, "w": h, "cin": c, "kernel": k, "stride": 1, "pads": None}
+                          for h, c in ((28, 96), (14, 384), (14, 576), (7, 960))
+                          for k in (3, 5, 7)]
+    build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
+                    rules=RULES, prior_configs=prior, progress=False, train=False,
+                    max_samples_per_type=200, rounds=1, regressor_params={"n_estimators": 20})
+    aligned = [r for r in _rows(tmp_path, "dwconv-bn") if r["origin"] == "aligned"]
+    assert 10 <= len(aligned) <= N_ALIGNED
+    assert all(r["config"]["cin"] % 256 == 0 for r in aligned)
+    assert {r["config"]["cin"] for r in aligned} & {512, 1024}
+    # only types whose features can tell an aligned channel count apart
+    assert not [r for r in _rows(tmp_path, "conv-bn-relu") if r["origin"] == "aligned"]
+    # a resumed build tops up to N_ALIGNED and never measures a config twice
+    build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
+                    rules=RULES, prior_configs=prior, progress=False, train=False,
+                    max_samples_per_type=200, rounds=1, regressor_params={"n_estimators": 20})
+    rows = _rows(tmp_path, "dwconv-bn")
+    again = [r for r in rows if r["origin"] == "aligned"]
+    assert len(again) <= N_ALIGNED
+    keys = [config_key(r["config"]) for r in rows]
+    assert len(keys) == len(set(keys))
