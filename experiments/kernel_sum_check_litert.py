@@ -51,8 +51,9 @@ BACKEND = "litert-cpu"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def measured_variants(family: str) -> list[str]:
-    rows = [json.loads(line) for line in (ROOT / "datasets" / "models" / f"{BACKEND}.jsonl").open()]
+def measured_variants(family: str, seed: int = 1000) -> list[str]:
+    name = BACKEND if seed == 1000 else f"{BACKEND}@seed{seed}"
+    rows = [json.loads(line) for line in (ROOT / "datasets" / "models" / f"{name}.jsonl").open()]
     return sorted({r["variant"] for r in rows if r["family"] == family and r["ok"]})
 
 
@@ -60,6 +61,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pairs", nargs="+", help="family indices [family indices ...]")
     ap.add_argument("--json", metavar="FILE", help="also write the rows to FILE")
+    ap.add_argument("--seed", type=int, default=1000,
+                    help="the model-level set the indices refer to (default 1000, the test "
+                         "set; 2000: datasets/models/litert-cpu@seed2000.jsonl)")
     ap.add_argument("--cut-dw", action="store_true",
                     help="also measure the model without its stride-1 depthwise kernels")
     ap.add_argument("--cut-kernel", default="", metavar="SIZES",
@@ -76,7 +80,7 @@ def main() -> int:
     cache: dict[tuple[str, object], float] = {}  # kernels shared across models: once
     with Profiler(BACKEND) as prof:
         for fam, idx in zip(args.pairs[::2], args.pairs[1::2]):
-            names = measured_variants(fam)
+            names = measured_variants(fam, args.seed)
             for i in (int(x) for x in idx.split(",")):
                 name = names[i]
                 g = zoo.get_variant(name).build()
