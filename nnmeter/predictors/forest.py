@@ -2,8 +2,8 @@
 
 scikit-learn forests are converted once after training into flat arrays (all trees
 concatenated). Prediction walks every (sample, tree) pair at once, one tree level per
-numpy step, so predicting one sample costs about as much as a few hundred numpy ops
-rather than one Python call per tree. The arrays save to ``.npz`` and load with
+numpy step, dropping the walks that have reached a leaf, so predicting one sample costs
+a few dozen numpy ops over shrinking arrays rather than one Python call per tree. The arrays save to ``.npz`` and load with
 ``allow_pickle=False``: a cached model cannot execute code when it is loaded.
 
 Examples
@@ -30,8 +30,8 @@ __all__ = ["ForestArrays"]
 class ForestArrays:
     """Flat arrays of a forest of regression trees; the prediction is the tree mean.
 
-    Leaves point to themselves (``left[i] == right[i] == i``), so extra traversal
-    steps are harmless and the walk runs a fixed ``depth`` steps.
+    Leaves point to themselves (``left[i] == right[i] == i``): that is how a walk knows
+    it has arrived. ``depth`` (the deepest leaf) is kept for the cache format.
     """
 
     left: np.ndarray  # int32, global node index of the left child
@@ -81,16 +81,19 @@ class ForestArrays:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
             X = X[None, :]
-        n = X.shape[0]
-        node = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
-        rows = np.arange(n)[:, None]
-        for step in range(self.depth):
-            go_left = X[rows, self.feature[node]] <= self.threshold[node]
-            node = np.where(go_left, self.left[node], self.right[node])
-            # most paths end well before the deepest leaf: stop once all are at leaves
-            if step % 4 == 3 and np.array_equal(self.left[node], node):
-                break
-        return self.value[node].mean(axis=1)
+        n, t = X.shape[0], self.roots.size
+        # one entry per (row, tree); only the walks not yet at a leaf take each step, so
+        # the work is the summed path length, not rows x trees x the deepest leaf
+        node = np.tile(self.roots, n)
+        row = np.repeat(np.arange(n), t)
+        active = np.flatnonzero(self.left[node] != node)
+        while active.size:
+            nd = node[active]
+            go_left = X[row[active], self.feature[nd]] <= self.threshold[nd]
+            nxt = np.where(go_left, self.left[nd], self.right[nd])
+            node[active] = nxt
+            active = active[self.left[nxt] != nxt]
+        return self.value[node].reshape(n, t).mean(axis=1)
 
     def to_arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         """The fields as a name → array map, for ``np.savez``."""
