@@ -67,7 +67,7 @@ def main() -> None:
         # the whole predictor, trained without any type's test configs
         from nnmeter.fusion import load_rules
         from nnmeter.predictors.boundary import boundary_elements
-        from nnmeter.predictors.chain import chain_excess_ms, read_chain
+        from nnmeter.predictors.chain import chain_excess_ms, read_chain, restored_excess
         from nnmeter.predictors.train import train_predictor
 
         def held(t: str, c, o: str) -> bool:
@@ -125,11 +125,9 @@ def main() -> None:
             for i in np.flatnonzero(te):
                 c = d.configs[i]
                 rep = whole.predict(kt.build_graph(c), check_device=False)
-                kernel_ms = sum(r.predicted_ms for r in rep.rows)
-                # training keeps y - excess, but never less than y / 2: the inverse
-                # adds the excess back, but at most the kernel's own predicted time
                 ex = chain_excess_ms(chain, fam, sum(boundary_elements(kt, c)))
-                alone.append(rep.total_ms + min(ex, kernel_ms))
+                alone.append(rep.total_ms + restored_excess(
+                    sum(r.predicted_ms for r in rep.rows), ex))
             row["predictor"] = evaluate(np.array(alone), d.y[te]).as_dict()
             spreads = [r.get("spread") for r in ds.rows(t) if r.get("spread") is not None]
             row["median_spread_percent"] = 100 * float(np.median(spreads)) if spreads else None

@@ -46,15 +46,14 @@ from nnmeter import zoo  # noqa: E402
 from nnmeter.backends import Profiler  # noqa: E402
 from nnmeter.partition import partition  # noqa: E402
 from nnmeter.predictors import load_predictor  # noqa: E402
+from model_accuracy import SEED, _rows  # noqa: E402  (this folder)
 
 BACKEND = "litert-cpu"
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def measured_variants(family: str, seed: int = 1000) -> list[str]:
-    name = BACKEND if seed == 1000 else f"{BACKEND}@seed{seed}"
-    rows = [json.loads(line) for line in (ROOT / "datasets" / "models" / f"{name}.jsonl").open()]
-    return sorted({r["variant"] for r in rows if r["family"] == family and r["ok"]})
+def measured_variants(family: str, seed: int = SEED) -> list[str]:
+    return sorted({r["variant"] for r in _rows(BACKEND, seed)
+                   if r["family"] == family and r.get("ok")})
 
 
 def main() -> int:

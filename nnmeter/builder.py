@@ -29,7 +29,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,11 +201,12 @@ N_ALIGNED = 60
 
 
 def aligned_configs(prior: KernelPrior, n: int, *, seed: int = 0,
-                    exclude: set[str] = frozenset(),
+                    exclude: Iterable[dict[str, Any]] = (),
                     accept: Callable[[dict[str, Any]], bool] | None = None
                     ) -> list[dict[str, Any]]:
     """Up to ``n`` configurations from ``prior`` whose tied channel fields are snapped to a
-    multiple of 256, 512 or 1024 (one chosen per config; at least that multiple).
+    multiple of 256, 512 or 1024 (one chosen per config; at least that multiple), none of
+    them in ``exclude``.
 
     A prior drawn from real models rarely lands on such counts (about 2 % of the zoo's
     depthwise convs have channels divisible by 512), yet that is where a channels-last
@@ -220,29 +221,18 @@ def aligned_configs(prior: KernelPrior, n: int, *, seed: int = 0,
     >>> all(c["cin"] % 256 == 0 for c in cfgs), len(cfgs) == len({str(c) for c in cfgs})
     (True, True)
     """
-    rng = np.random.default_rng([seed, 256])
-    out: list[dict[str, Any]] = []
-    taken = set(exclude)
     groups = prior.ties or tuple((f,) for f in prior.channel_fields)
-    dry = 0
-    while len(out) < n and dry < 20:
-        fresh = 0
-        for cfg in prior.sample(64, rng):
-            step = int(rng.choice((256, 512, 1024)))
-            for group in groups:
-                v = max(step, step * int(round(cfg[group[0]] / step)))
-                for f in group:
-                    cfg[f] = v
-            key = config_key(cfg)
-            if key in taken or (accept is not None and not accept(cfg)):
-                continue
-            taken.add(key)
-            out.append(cfg)
-            fresh += 1
-            if len(out) >= n:
-                break
-        dry = 0 if fresh else dry + 1
-    return out
+
+    def snap(cfg: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        step = int(rng.choice((256, 512, 1024)))
+        for group in groups:
+            v = max(step, step * int(round(cfg[group[0]] / step)))
+            for f in group:
+                cfg[f] = v
+        return cfg
+
+    return list(itertools.islice(iter_initial(prior, seed=(seed, 256), exclude=exclude,
+                                              accept=accept, transform=snap), n))
 
 
 def _featurizer(kernel_type: str) -> Callable[[list[dict[str, Any]]], np.ndarray]:
@@ -501,12 +491,12 @@ def build_predictor(
             budget_left = [max_samples_per_type if max_samples_per_type is not None else 10**9]
             # power-of-two channel counts first (a few; a resumed build's initial list
             # would otherwise take all the time before them)
-            kt_t = KERNEL_TYPES.get(t)
-            if ALIGNMENT_FEATURES & set(getattr(kt_t, "feature_names", ())):
-                have = sum(1 for r in ds.rows(t) if r.get("origin") == "aligned")
+            kt = KERNEL_TYPES.get(t)
+            if ALIGNMENT_FEATURES & set(getattr(kt, "feature_names", ())):
+                have = sum(1 for r in done_rows if r.get("origin") == "aligned")
                 todo_aligned = aligned_configs(
                     priors[t], max(0, min(N_ALIGNED - have, budget_left[0])), seed=seed,
-                    exclude=measured, accept=accept)
+                    exclude=[r["config"] for r in done_rows], accept=accept)
                 got = profile_configs(t, todo_aligned, "aligned", profiler=profiler,
                                       dataset=ds, deadline=type_deadline, protocol=proto,
                                       on_measured=tick)
@@ -534,7 +524,6 @@ def build_predictor(
             start_round = 1 + max((int(r["round"]) for r in past), default=0)
             logs = []
             if len(samples) >= 12 and start_round <= rounds:
-                kt = KERNEL_TYPES.get(t)
                 norm = work_feature(kt)
 
                 def measure(cfgs: list[dict[str, Any]], origin: str, _t: str = t,

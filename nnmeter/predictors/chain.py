@@ -60,7 +60,8 @@ import numpy as np
 
 __all__ = ["CHAIN_FILE", "LENGTHS", "ROUNDS", "COMPUTE_TYPES", "LARGE_CASES", "chain_cases",
            "chain_graph", "measure_chain", "fit_size_excess", "fit_family_line", "merge_chain",
-           "write_chain", "read_chain", "chain_excess_ms", "PAIR_LINK"]
+           "write_chain", "read_chain", "chain_excess_ms", "PAIR_LINK", "FLOOR_SHARE",
+           "remove_excess", "restored_excess"]
 
 #: a link of two kernels that undo each other (split into halves, concat them back):
 #: its chains calibrate split and concat, whose single-kernel models are measured too
@@ -406,6 +407,32 @@ def read_chain(dataset: Any) -> dict[str, Any] | None:
 
     return read_calibration(dataset, CHAIN_FILE, remedy=(
         "run experiments/chain_calibration.py under the measurement lock"))
+
+
+#: removing the excess keeps at least this share of a row's time (a calibration constant
+#: must not wipe out a tiny kernel)
+FLOOR_SHARE = 0.5
+
+
+def remove_excess(y: Any, excess: Any) -> Any:
+    """Row times ``y`` without their ``excess``, never below :data:`FLOOR_SHARE` of ``y``
+    (what training does to every row).
+
+    >>> remove_excess(np.array([0.010, 0.002]), 0.0015).tolist()
+    [0.0085, 0.001]
+    """
+    return np.maximum(y - excess, FLOOR_SHARE * y)
+
+
+def restored_excess(kernel_ms: float, excess: float) -> float:
+    """What to add back to a predicted in-model ``kernel_ms`` to get its single-kernel
+    time: the inverse of :func:`remove_excess`, so the excess, but no more than the
+    share of the row that the floor kept.
+
+    >>> restored_excess(0.0085, 0.0015), restored_excess(0.001, 0.0015)
+    (0.0015, 0.001)
+    """
+    return min(excess, (1.0 / FLOOR_SHARE - 1.0) * kernel_ms)
 
 
 def chain_excess_ms(record: dict[str, Any] | None, family: str = "",

@@ -3,8 +3,9 @@
 scikit-learn forests are converted once after training into flat arrays (all trees
 concatenated). Prediction walks every (sample, tree) pair at once, one tree level per
 numpy step, dropping the walks that have reached a leaf, so predicting one sample costs
-a few dozen numpy ops over shrinking arrays rather than one Python call per tree. The arrays save to ``.npz`` and load with
-``allow_pickle=False``: a cached model cannot execute code when it is loaded.
+a few dozen numpy ops over shrinking arrays rather than one Python call per tree. The
+arrays save to ``.npz`` and load with ``allow_pickle=False``: a cached model cannot
+execute code when it is loaded.
 
 Examples
 --------

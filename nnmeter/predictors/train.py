@@ -184,7 +184,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     boundary = remove_boundary(ds, data)
     # what a single-kernel model costs beyond its kernel's in-model time once the
     # overhead and reorders are off, measured with chains of kernels (chain_excess.json)
-    from nnmeter.predictors.chain import chain_excess_ms, read_chain
+    from nnmeter.predictors.chain import chain_excess_ms, read_chain, remove_excess
 
     chain = read_chain(ds) if settings.chain_correction else None
     excess = chain_excess_ms(chain)
@@ -196,7 +196,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         else:
             ex = chain_excess_ms(chain, fam)
         if np.any(ex):
-            d.y = np.maximum(d.y - ex, 0.5 * d.y)
+            d.y = remove_excess(d.y, ex)
     # the rate at which this device streams weights from memory: inside a model no
     # kernel runs faster than reading its weights once (<dataset>/weight_stream.json)
     from nnmeter.predictors.weight_stream import read_weight_stream

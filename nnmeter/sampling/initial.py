@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,15 +25,20 @@ __all__ = ["sample_initial", "iter_initial"]
 logger = logging.getLogger(__name__)
 
 
-def iter_initial(prior: KernelPrior, *, seed: int = 0,
+def iter_initial(prior: KernelPrior, *, seed: int | Sequence[int] = 0,
                  exclude: Iterable[dict[str, Any]] = (),
                  accept: Callable[[dict[str, Any]], bool] | None = None,
-                 batch: int = 64, patience: int = 20) -> Iterator[dict[str, Any]]:
+                 batch: int = 64, patience: int = 20,
+                 transform: Callable[[dict[str, Any], np.random.Generator],
+                                     dict[str, Any]] | None = None
+                 ) -> Iterator[dict[str, Any]]:
     """Distinct configurations from ``prior``, lazily, in a fixed order for a seed.
 
     The sequence does not depend on how many items are taken, so ``n`` items are
     always a prefix of ``n + k`` items (a resumed build sees the same list). It ends
     after ``patience`` batches in a row bring nothing new (a small space is exhausted).
+    ``transform(config, rng)``, when given, changes each draw before it is deduplicated
+    and filtered (e.g. snaps its channels), with the same generator.
     """
     rng = np.random.default_rng(seed)
     taken = {config_key(c) for c in exclude}
@@ -41,6 +46,8 @@ def iter_initial(prior: KernelPrior, *, seed: int = 0,
     while dry < patience:
         fresh = 0
         for cfg in prior.sample(batch, rng):
+            if transform is not None:
+                cfg = transform(cfg, rng)
             key = config_key(cfg)
             if key in taken:
                 continue
