@@ -239,6 +239,11 @@ class MnnCpuBackend(Backend):
                     anchors.append(set())
                 else:
                     anchors.append(op_anchors(base_op))
+            elif op is None and _RASTER.match(name) and mnn_ops.get(_RASTER.match(name).group(1)):
+                # a compute op MNN split out of an original one at run time: a pooling
+                # over a 3-D layout runs as "<op>_raster_0" (the raster) and
+                # "<op>_raster_1" (the pooling), and both compute <op>
+                anchors.append(op_anchors(mnn_ops[_RASTER.match(name).group(1)]))
             elif op is None or op.get("type") in ("ConvertTensor", "Input"):
                 anchors.append(set())
             else:

@@ -19,7 +19,8 @@ threshold = alpha * min(T1', T2'). The decision uses the corrected times; the ra
 decision, saving and threshold are kept in ``extra.raw`` of every pattern. Blocks
 generalise the rule: sum(parts') - T_block' > alpha * (sum(parts') - max(parts')).
 Multi-output and multi-input tests keep the split hypothesis whose summed time
-(corrected the same way) is closest to the measured time.
+(corrected the same way) is closest to the measured time, and "none" whenever the
+measured time is at least the sum of the unfused parts (a fusion only removes time).
 
 Edge conversions. A runtime that computes in its own layout or precision (ONNX
 Runtime's NCHWc kernels, OpenVINO's bf16 blocked layout, MNN's packed layout) converts
@@ -38,6 +39,22 @@ cannot be profiled or reports a node without a time (ONNX Runtime and OpenVINO l
 some nodes untimed; LiteRT times none, and is not profiled past its first model);
 ``extra.edge`` records the shares and the milliseconds
 removed from each model, or why the case was not corrected.
+
+Hand-off. A runtime may also pay, per inference and outside any kernel, for every
+tensor that crosses the model's boundary: OpenVINO's CPU plugin copies a model's input
+and output (a 200 KB tensor costs it ~10 µs in and out together, as much as a ReLU on
+it). The single-op models hand op1's output over twice (out of the op1 model, into the
+op2 model); the pair model keeps it inside. The hand-off of a tensor of shape ``s`` is
+measured with a model that only flattens it: H(s) = T(flatten s) - T(flatten of one
+element). It is counted only where the backend's profile shows the flatten running no
+kernel of its own (a view: OpenVINO reports it not run); where it runs one (ONNX Runtime,
+MNN copy the data) the time is the kernel's, not the boundary's, and H = 0, as it is on
+backends that time no executed node (LiteRT). Each model pays half of H for each of its
+graph inputs and outputs, and its net time loses that too:
+T' = max(T - O, 0) × (1 - share) - hand-off, so that the rule compares what the ops
+themselves cost (a pair's saving loses H(op1's output); its threshold is half the
+smaller op's own time, not its boundary's). ``extra.handoff_ms`` records each model's
+hand-off.
 
 Noise: every time comes with its relative spread. When the margin of a decision is
 smaller than the combined spread (root of the sum of squares of spread × time), all
@@ -80,7 +97,8 @@ from nnmeter.fusion.testcases import TestCase, TestShapes, build_testcases, grap
 from nnmeter.ir.graph import ModelGraph
 
 __all__ = ["detect_fusion", "decide_pair", "measure_overhead", "edge_share",
-           "EDGE_CONVERSION_OPS", "EDGE_PROFILE_RUNS", "PairDecision", "Timing"]
+           "passthrough_model", "EDGE_CONVERSION_OPS", "EDGE_PROFILE_RUNS", "PairDecision",
+           "Timing"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +155,8 @@ def _noise(timings: Iterable[Timing]) -> float:
     return math.sqrt(sum(t.noise_ms ** 2 for t in timings))
 
 
-def _net(t: Timing, overhead_ms: float, share: float = 0.0) -> float:
-    return max(t.latency_ms - overhead_ms, 0.0) * (1.0 - share)
+def _net(t: Timing, overhead_ms: float, share: float = 0.0, handoff_ms: float = 0.0) -> float:
+    return max(max(t.latency_ms - overhead_ms, 0.0) * (1.0 - share) - handoff_ms, 0.0)
 
 
 def edge_share(nodes: Iterable[Any]) -> float | None:
@@ -176,9 +194,10 @@ def edge_share(nodes: Iterable[Any]) -> float | None:
 
 def decide_pair(t1: Timing, t2: Timing, t12: Timing, alpha: float = 0.5,
                 overhead_ms: float = 0.0,
-                edge_shares: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> PairDecision:
+                edge_shares: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                handoffs: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> PairDecision:
     """Apply T1' + T2' - T12' > alpha * min(T1', T2'), with
-    T' = max(T - overhead, 0) × (1 - edge share).
+    T' = max(T - overhead, 0) × (1 - edge share) - hand-off.
 
     Parameters
     ----------
@@ -190,6 +209,9 @@ def decide_pair(t1: Timing, t2: Timing, t12: Timing, alpha: float = 0.5,
         The backend's per-inference overhead, subtracted from each time (0: the raw rule).
     edge_shares : (float, float, float)
         Share of each model's time spent in edge conversions (see :func:`edge_share`).
+    handoffs : (float, float, float)
+        What each model pays, outside any kernel, for handing its inputs and outputs
+        over (ms; module doc).
 
     Examples
     --------
@@ -200,8 +222,13 @@ def decide_pair(t1: Timing, t2: Timing, t12: Timing, alpha: float = 0.5,
     ...                 overhead_ms=0.1)
     >>> d.fused, round(d.saving_ms, 2), round(d.threshold_ms, 2)
     (True, 0.08, 0.05)
+    >>> d = decide_pair(Timing(1.0, 0.01), Timing(0.2, 0.01), Timing(1.02, 0.01),
+    ...                 overhead_ms=0.1, handoffs=(0.04, 0.04, 0.02))
+    >>> d.fused, round(d.saving_ms, 2)  # the saving was the hand-off of op1's output
+    (False, 0.02)
     """
-    a, b, ab = (_net(t, overhead_ms, e) for t, e in zip((t1, t2, t12), edge_shares))
+    a, b, ab = (_net(t, overhead_ms, e, h)
+                for t, e, h in zip((t1, t2, t12), edge_shares, handoffs))
     saving = a + b - ab
     thr = alpha * min(a, b)
     return PairDecision(saving > thr, saving, thr, _noise((t1, t2, t12)))
@@ -209,14 +236,16 @@ def decide_pair(t1: Timing, t2: Timing, t12: Timing, alpha: float = 0.5,
 
 def _decide_block(parts: list[Timing], block: Timing, alpha: float,
                   overhead_ms: float = 0.0,
-                  edge_shares: tuple[float, ...] | None = None) -> PairDecision:
-    """The pair rule over a block; ``edge_shares`` lists the parts' shares, then the
-    block's."""
+                  edge_shares: tuple[float, ...] | None = None,
+                  handoffs: tuple[float, ...] | None = None) -> PairDecision:
+    """The pair rule over a block; ``edge_shares`` and ``handoffs`` list the parts'
+    values, then the block's."""
     shares = edge_shares or (0.0,) * (len(parts) + 1)
-    net = [_net(p, overhead_ms, e) for p, e in zip(parts, shares)]
+    hand = handoffs or (0.0,) * (len(parts) + 1)
+    net = [_net(p, overhead_ms, e, h) for p, e, h in zip(parts, shares, hand)]
     total = sum(net)
     thr = alpha * (total - max(net))
-    saving = total - _net(block, overhead_ms, shares[-1])
+    saving = total - _net(block, overhead_ms, shares[-1], hand[-1])
     return PairDecision(saving > thr, saving, thr, _noise([*parts, block]))
 
 
@@ -224,16 +253,23 @@ class _Store:
     """Measurements by graph signature, with a JSONL journal for resuming."""
 
     def __init__(self, measure: Callable[[ModelGraph], Any], journal: Path | None,
-                 resume: bool, profile: Callable[[ModelGraph], list[Any]] | None = None
-                 ) -> None:
+                 resume: bool, profile: Callable[[ModelGraph], list[Any]] | None = None,
+                 *, edge_correction: bool = True, handoff_correction: bool = False) -> None:
         self._measure = measure
         self._profile = profile
         self.journal = journal
         self.rows: dict[str, list[dict[str, Any]]] = {}
         #: edge-conversion share of each profiled model: {"share": float | None, "why": str}
         self.edges: dict[str, dict[str, Any]] = {}
+        #: whether a pass-through model's flatten runs no kernel: {"view": bool | None, "why"}
+        self.views: dict[str, dict[str, Any]] = {}
         #: why this backend's models are not profiled at all (None: they are)
-        self.no_profile: str | None = None if profile else "edge correction off"
+        self.no_profile: str | None = (None if profile and edge_correction
+                                       else "edge correction off")
+        #: why no hand-off is removed on this backend (None: it is, where measured)
+        self.no_handoff: str | None = (None if profile and handoff_correction
+                                       else "hand-off correction off")
+        self._handoff: dict[tuple[int, ...], dict[str, Any]] = {}
         self.device: dict[str, Any] | None = None
         self.fresh = 0
         self.profiled = 0
@@ -245,6 +281,8 @@ class _Store:
                     continue  # a line cut by a crash
                 if "edge" in row:
                     self.edges[row["sig"]] = row["edge"]
+                elif "view" in row:
+                    self.views[row["sig"]] = row["view"]
                 else:
                     self.rows.setdefault(row["sig"], []).append(row["m"])
             logger.info("resuming from %s (%d models measured)", journal, len(self.rows))
@@ -272,15 +310,19 @@ class _Store:
                 nodes = self._profile(graph)
             except NotImplementedError as err:
                 self.no_profile = f"the backend reports no executed graph ({err})"[:200]
+                self.no_handoff = self.no_handoff or self.no_profile
                 return {"share": None, "why": self.no_profile}
             except (BackendError, MeasurementError) as err:
                 rec: dict[str, Any] = {"share": None, "why": f"profiling failed: {err}"[:200]}
             else:
                 self.profiled += 1
-                if nodes and all(n.time_ms is None for n in nodes):
+                if (nodes and all(n.time_ms is None for n in nodes)
+                        and not self.times_nodes()):
                     # a profiler that times no node at all (LiteRT's Python API) will not
-                    # time the next model either
+                    # time the next model either (a model whose only op is a view, such
+                    # as OpenVINO's reshape, is untimed on a profiler that times others)
                     self.no_profile = "the backend's profiler times no executed node"
+                    self.no_handoff = self.no_handoff or self.no_profile
                     return {"share": None, "why": self.no_profile}
                 share = edge_share(nodes)
                 rec = {"share": share,
@@ -288,6 +330,66 @@ class _Store:
             self.edges[sig] = rec
             self._journal({"sig": sig, "edge": rec})
         return self.edges[sig]
+
+    def view(self, graph: ModelGraph) -> dict[str, Any]:
+        """Whether ``graph``'s node ``op1`` runs no kernel of its own (profiled once per
+        structure): {"view": True} when the profile lists it untimed or not at all,
+        False when a timed node covers it, None (with "why") when that cannot be told."""
+        sig = graph_signature(graph)
+        if sig not in self.views:
+            assert self._profile is not None
+            try:
+                nodes = self._profile(graph)
+            except NotImplementedError as err:
+                self.no_handoff = f"the backend reports no executed graph ({err})"[:200]
+                return {"view": None, "why": self.no_handoff}
+            except (BackendError, MeasurementError) as err:
+                rec: dict[str, Any] = {"view": None, "why": f"profiling failed: {err}"[:200]}
+            else:
+                self.profiled += 1
+                timed = [n for n in nodes if "op1" in n.covers and n.time_ms]
+                rec = {"view": not timed, "why": ""}
+            self.views[sig] = rec
+            self._journal({"sig": sig, "view": rec})
+        return self.views[sig]
+
+    def times_nodes(self) -> bool:
+        """Whether the backend's profiler times a node that surely runs (the relu of
+        the one-element null model)."""
+        return self.view(_null_model(1))["view"] is False
+
+    def handoff(self, shape: tuple[int, ...]) -> float:
+        """H(shape) in ms: handing a tensor of ``shape`` out of one model and into
+        another, outside any kernel (module doc); 0 where not measurable."""
+        key = tuple(int(d) for d in shape)
+        if key not in self._handoff:
+            self._handoff[key] = self._measure_handoff(key)
+        return float(self._handoff[key]["ms"])
+
+    def _measure_handoff(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        if self.no_handoff is not None:
+            return {"ms": 0.0, "why": self.no_handoff}
+        # a profiler that times no node at all cannot tell a view from a kernel
+        if not self.times_nodes():
+            probe = self.view(_null_model(1))
+            self.no_handoff = self.no_handoff or (
+                "the backend's profiler does not time a running node: "
+                + (probe["why"] or "the null model's relu is untimed"))
+            return {"ms": 0.0, "why": self.no_handoff}
+        g = passthrough_model(shape)
+        rec = self.view(g)
+        if not rec["view"]:
+            return {"ms": 0.0, "why": rec["why"] or "the flatten runs a kernel"}
+        one = passthrough_model((1, 1, 1, 1))
+        self.ensure(g)
+        self.ensure(one)
+        ms = max(self.timing(g).latency_ms - self.timing(one).latency_ms, 0.0)
+        return {"ms": ms, "why": ""}
+
+    def handoff_record(self) -> dict[str, Any]:
+        """Every hand-off measured: {"1x128x28x28": ms or why}."""
+        return {"x".join(map(str, k)): (round(v["ms"], 6) if not v["why"] else v["why"])
+                for k, v in sorted(self._handoff.items())}
 
     def measure_new(self, graph: ModelGraph) -> dict[str, Any]:
         m = self._measure(graph)
@@ -341,6 +443,25 @@ def _null_model(n_ops: int = 1) -> ModelGraph:
     return b.build([y])
 
 
+def passthrough_model(shape: tuple[int, ...]) -> ModelGraph:
+    """A model that only reshapes a tensor of ``shape`` (node ``op1``): what handing
+    the tensor in and out of a model costs, where the reshape is a view."""
+    from nnmeter.ir.builder import GraphBuilder
+
+    shape = tuple(int(d) for d in shape)
+    b = GraphBuilder("passthrough_" + "x".join(map(str, shape)), shape)
+    n = math.prod(shape)
+    target = (n, 1) if len(shape) == 2 or n == 1 else (shape[0], n // shape[0])
+    return b.build([b.reshape(b.x, target, name="op1")])
+
+
+def _model_handoff(graph: ModelGraph, store: "_Store") -> float:
+    """Half the hand-off of every graph input and output of ``graph`` (ms)."""
+    shapes = [graph.shape_of(i) for i in graph.input_names]
+    shapes += [graph.shape_of(o) for o in graph.outputs]
+    return 0.5 * sum(store.handoff(tuple(s)) for s in shapes)
+
+
 def measure_overhead(store: "_Store") -> tuple[float, float]:
     """(per-inference overhead, per-node overhead) in ms.
 
@@ -373,10 +494,12 @@ def _evaluate(case: TestCase, store: _Store, alpha: float, max_remeasure: int,
     for g in case.models.values():
         store.ensure(g)
     shares, why = _case_shares(case, store)
+    handoff = {role: _model_handoff(g, store) for role, g in case.models.items()}
     close = False
     for attempt in range(max_remeasure + 1):
         t = {role: store.timing(g) for role, g in case.models.items()}
-        pattern, margin, noise = _decide_case(case, t, alpha, overhead_ms, shares)
+        pattern, margin, noise = _decide_case(case, t, alpha, overhead_ms, shares,
+                                              handoff if store.no_handoff is None else None)
         if abs(margin) >= noise:
             break
         close = True
@@ -406,15 +529,20 @@ def _edge_extra(t: dict[str, Timing], shares: dict[str, float],
 
 
 def _decide_case(case: TestCase, t: dict[str, Timing], alpha: float,
-                 overhead_ms: float = 0.0, shares: dict[str, float] | None = None
+                 overhead_ms: float = 0.0, shares: dict[str, float] | None = None,
+                 handoff: dict[str, float] | None = None
                  ) -> tuple[dict[str, Any], float, float]:
     """(pattern fields, decision margin in ms, noise in ms) of one case.
 
     Every case is decided on net times: less the per-inference overhead and, given
     ``shares`` (role -> edge-conversion share), less the edge conversions (see the
-    module doc). ``extra.raw`` holds the raw rule's decision, saving and threshold;
-    ``extra.edge`` the shares and the milliseconds they removed.
+    module doc). Given ``handoff`` (role -> ms the model pays for handing its inputs
+    and outputs over), the savings and hypotheses lose the hand-off that the separate
+    models pay and the case's model does not. ``extra.raw`` holds the raw rule's
+    decision, saving and threshold; ``extra.edge`` the shares and the milliseconds they
+    removed; ``extra.handoff_ms`` the hand-off removed.
     """
+    h = handoff or {}
     times = {role: tm.as_dict() for role, tm in t.items()}
     base = {"name": case.name, "kind": case.kind, "ops": case.ops, "times_ms": times}
     e = shares or {}
@@ -425,25 +553,31 @@ def _decide_case(case: TestCase, t: dict[str, Timing], alpha: float,
             edge_shares: tuple[float, ...] = tuple(e.get(r, 0.0) for r in ("op1", "op2", "block"))
             decide: Callable[..., PairDecision] = decide_pair
             extra: dict[str, Any] = {}
+            roles: tuple[str, ...] = ("op1", "op2", "block")
         else:
             parts = [role for role in t if role.startswith("part:")]
             args = ([t[role] for role in parts], t["block"], alpha)
             edge_shares = tuple(e.get(r, 0.0) for r in (*parts, "block"))
             decide = _decide_block
             extra = {"block": case.block}
-        d = decide(*args, overhead_ms=overhead_ms, edge_shares=edge_shares)
+            roles = (*parts, "block")
+        d = decide(*args, overhead_ms=overhead_ms, edge_shares=edge_shares,
+                   handoffs=tuple(h.get(r, 0.0) for r in roles))
         raw = decide(*args, overhead_ms=0.0)
         extra.update({"overhead_ms": round(overhead_ms, 6), "raw": {
             "fused": raw.fused, "saving_ms": round(raw.saving_ms, 6),
             "threshold_ms": round(raw.threshold_ms, 6)}})
         if edge is not None:
             extra["edge"] = edge
+        if handoff is not None:
+            extra["handoff_ms"] = {r: round(v, 6) for r, v in h.items()}
         return ({**base, "fused": d.fused, "saving_ms": round(d.saving_ms, 6),
                  "threshold_ms": round(d.threshold_ms, 6), "extra": extra},
                 d.saving_ms - d.threshold_ms, d.noise_ms)
     # each separately measured model pays the per-inference overhead (and its edge
     # conversions) once; comparing net times removes them from every hypothesis
-    net = {role: _net(tm, overhead_ms, e.get(role, 0.0)) for role, tm in t.items()}
+    net = {role: _net(tm, overhead_ms, e.get(role, 0.0)) - h.get(role, 0.0)
+           for role, tm in t.items()}
     if case.kind == "multi_output":
         p, c1, c2 = case.ops
         hyps = {"none": net["p"] + net["c1"] + net["c2"],
@@ -456,15 +590,23 @@ def _decide_case(case: TestCase, t: dict[str, Timing], alpha: float,
     else:
         raise ValueError(f"unknown test-case kind {case.kind!r}")
     measured = net["block"]
-    ranked = sorted(hyps, key=lambda h: (abs(hyps[h] - measured), h))
-    chosen = ranked[0]
-    # margin: how much closer the winner is than the runner-up
-    margin = abs(hyps[ranked[1]] - measured) - abs(hyps[chosen] - measured)
     noise = _noise(t.values())
-    extra = {"hypotheses_ms": {h: round(v, 6) for h, v in hyps.items()}, "chosen": chosen,
+    if measured >= hyps["none"]:
+        # a fusion only removes time: a model that costs at least what its parts cost
+        # apart saved nothing, whichever fused hypothesis its excess happens to be near
+        chosen = "none"
+        margin = measured - hyps["none"]
+    else:
+        ranked = sorted(hyps, key=lambda k: (abs(hyps[k] - measured), k))
+        chosen = ranked[0]
+        # margin: how much closer the winner is than the runner-up
+        margin = abs(hyps[ranked[1]] - measured) - abs(hyps[chosen] - measured)
+    extra = {"hypotheses_ms": {k: round(v, 6) for k, v in hyps.items()}, "chosen": chosen,
              "measured_ms": round(measured, 6), "overhead_ms": round(overhead_ms, 6)}
     if edge is not None:
         extra["edge"] = edge
+    if handoff is not None:
+        extra["handoff_ms"] = {r: round(v, 6) for r, v in h.items()}
     return ({**base, "fused": chosen != "none", "extra": extra,
              "saving_ms": round(hyps["none"] - measured, 6)}, margin, noise)
 
@@ -475,7 +617,7 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
                   progress: bool = True, resume: bool = True, max_remeasure: int = 2,
                   protocol: dict[str, Any] | None = None,
                   profiler: Any = None, edge_correction: bool = True,
-                  tie_to_split: bool = True) -> FusionRules:
+                  handoff_correction: bool = True, tie_to_split: bool = True) -> FusionRules:
     """Detect the fusion rules of ``backend_id`` by measuring the test cases.
 
     Parameters
@@ -506,6 +648,10 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     edge_correction : bool
         Profile every test model and remove its edge conversions from its time where the
         backend reports timed executed nodes (module doc); False: the plain rule.
+    handoff_correction : bool
+        Remove from each saving the hand-off of the tensors that cross between the
+        separate models, where the backend's profile shows a flatten to be a view
+        (module doc).
     tie_to_split : bool
         Decide "not fused" when a decision is still within the noise after the last
         re-measurement (module doc); False: keep the side the margin leans to.
@@ -535,11 +681,12 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     prof = profiler or Profiler(backend_id)
     kw = dict(protocol or {})
     profile = None
-    if edge_correction and hasattr(prof, "profile"):
+    if (edge_correction or handoff_correction) and hasattr(prof, "profile"):
         def profile(g: ModelGraph) -> list[Any]:
             return prof.profile(g, runs=EDGE_PROFILE_RUNS)
     store = _Store(lambda g: prof.measure(g, on_error="record", **kw), journal, resume,
-                   profile)
+                   profile, edge_correction=edge_correction,
+                   handoff_correction=handoff_correction)
     patterns: list[Pattern] = []
     failed: list[dict[str, str]] = []
     t0 = time.perf_counter()
@@ -575,6 +722,8 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
                          "edge_correction": edge_correction and store.no_profile is None,
                          "edge_corrected_cases": sum(
                              "share" in (p.extra.get("edge") or {}) for p in patterns),
+                         "handoff_correction": store.no_handoff is None,
+                         "handoff_ms": store.handoff_record(),
                          "tie_to_split": tie_to_split,
                          "ties_split": sum("tie" in p.extra for p in patterns),
                          "wall_s": round(time.perf_counter() - t0, 1), "protocol": kw}

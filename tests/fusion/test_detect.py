@@ -229,7 +229,10 @@ def test_detection_removes_edge_conversions_and_records_them(tmp_path):
     data = json.loads(out.read_text())
     assert data["detection"]["edge_correction"] is True
     assert data["detection"]["edge_corrected_cases"] == 2
-    assert data["detection"]["profiles"] == prof.profiles == 5  # op1 shared by both cases
+    # op1 is shared by both cases; the sixth is the hand-off probe (a null model), which
+    # this profiler reports without a node for its relu: no hand-off is measured
+    assert data["detection"]["profiles"] == prof.profiles == 6
+    assert data["detection"]["handoff_correction"] is False
 
 
 def test_untimed_profiles_keep_the_plain_rule(tmp_path):
@@ -276,13 +279,14 @@ def test_resume_reuses_journaled_profiles(tmp_path):
     out = tmp_path / "r.json"
     journal = tmp_path / "r.json.partial.jsonl"
     first = EdgeProfiler()
-    from nnmeter.fusion.detect import _Store
+    from nnmeter.fusion.detect import _null_model, _Store
     from nnmeter.fusion.testcases import build_testcases
 
     store = _Store(first.measure, journal, resume=False, profile=first.profile)
     for g in build_testcases(only=["conv->maxpool"])[0].models.values():
         store.ensure(g)
         store.edge(g)
+    store.view(_null_model(1))  # the hand-off probe
     second = EdgeProfiler()
     detect_fusion("fake-cpu", out=out, only=["conv->maxpool"], progress=False,
                   profiler=second)
@@ -318,5 +322,113 @@ def test_a_profiler_that_times_nothing_is_asked_once(tmp_path):
     prof.profile = untimed
     rules = detect_fusion("fake-cpu", out=tmp_path / "r.json",
                           only=["conv->maxpool", "conv->relu"], progress=False, profiler=prof)
-    assert prof.profiles == 1
+    assert prof.profiles == 2  # the first model, then the null-model probe; no more
     assert all("times no executed node" in p.extra["edge"]["skipped"] for p in rules.patterns)
+
+
+# -- hand-off ------------------------------------------------------------------------
+
+class HandoffProfiler(ScriptedProfiler):
+    """ScriptedProfiler that also pays ``PER_ELEMENT_MS`` for every element of every
+    graph input and output, outside any kernel, and runs reshapes as views (free, and
+    reported untimed) unless ``reshape_kernel``."""
+
+    PER_ELEMENT_MS = 3e-6
+
+    def __init__(self, reshape_kernel: bool = False, **kw) -> None:
+        super().__init__(**kw)
+        self.reshape_kernel = reshape_kernel
+        self.profiles = 0
+
+    def measure(self, graph, on_error="record", **kw):
+        m = super().measure(graph, on_error, **kw)
+        t = m.latency_ms
+        if not self.reshape_kernel:
+            t -= 0.05 * sum(n.op == "reshape" and math.prod(n.output_shape) > 8
+                            for n in graph.topological_nodes())
+        ends = [graph.shape_of(i) for i in graph.input_names]
+        ends += [graph.shape_of(o) for o in graph.outputs]
+        t += self.PER_ELEMENT_MS * sum(math.prod(s) for s in ends)
+        return Measurement(t, t, t, 0.0, self.spread, 5, 50, DEVICE)
+
+    def profile(self, graph, runs=10):
+        self.profiles += 1
+        return [_node(n.op, [n.name], None if n.op == "reshape" and not self.reshape_kernel
+                      else COST_MS.get(n.op, 0.05))
+                for n in graph.topological_nodes() if n.op != "input"]
+
+
+def test_passthrough_model_only_reshapes():
+    from nnmeter.fusion.detect import passthrough_model
+
+    g = passthrough_model((1, 64, 28, 28))
+    (node,) = [n for n in g.topological_nodes() if n.op != "input"]
+    assert node.name == "op1" and node.op == "reshape"
+    assert node.output_shape == (1, 64 * 28 * 28)
+    assert passthrough_model((1, 428)).node("op1").output_shape == (428, 1)
+    assert passthrough_model((1, 1, 1, 1)).node("op1").output_shape == (1, 1)
+
+
+def test_handoff_is_removed_from_the_saving(tmp_path):
+    only = ["relu->maxpool", "conv->relu", "bn->{relu,add}"]
+    plain = detect_fusion("fake-cpu", out=tmp_path / "a.json", only=only, progress=False,
+                          profiler=HandoffProfiler(), handoff_correction=False,
+                          edge_correction=False)
+    # relu's output crosses two model boundaries in the separate models: looks fused
+    assert plain.fuses("relu", "maxpool")
+    rules = detect_fusion("fake-cpu", out=tmp_path / "b.json", only=only, progress=False,
+                          profiler=HandoffProfiler(), edge_correction=False)
+    assert not rules.fuses("relu", "maxpool") and rules.fuses("conv", "relu")
+    p = next(p for p in rules.patterns if p.name == "relu->maxpool")
+    n = 64 * 28 * 28  # relu's output
+    h = p.extra["handoff_ms"]  # half of H per crossing: relu's output crosses twice
+    assert h["op1"] + h["op2"] - h["block"] == pytest.approx(
+        2 * HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-3)
+    assert p.saving_ms == pytest.approx(0.0, abs=1e-4)  # nothing fused, nothing left
+    multi = next(p for p in rules.patterns if p.kind == "multi_output")
+    assert not multi.fused and multi.extra["chosen"] == "none"
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["detection"]["handoff_correction"] is True
+    assert data["detection"]["handoff_ms"]["1x64x28x28"] == pytest.approx(
+        2 * HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-3)
+
+
+def test_no_handoff_where_the_reshape_runs_a_kernel(tmp_path):
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json", only=["relu->maxpool"],
+                          progress=False, edge_correction=False,
+                          profiler=HandoffProfiler(reshape_kernel=True))
+    (p,) = rules.patterns
+    assert set(p.extra["handoff_ms"].values()) == {0.0}
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["detection"]["handoff_ms"]["1x64x28x28"] == "the flatten runs a kernel"
+
+
+def test_a_model_of_views_alone_does_not_turn_profiling_off(tmp_path):
+    # OpenVINO reports its reshape not run: a reshape-only model is all untimed, though
+    # the profiler times every model that runs a kernel
+    prof = HandoffProfiler()
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json",
+                          only=["relu->reshape", "relu->maxpool"], progress=False,
+                          profiler=prof)
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["detection"]["edge_correction"] is True
+    assert data["detection"]["handoff_correction"] is True
+    p = next(p for p in rules.patterns if p.name == "relu->maxpool")
+    assert "share" in p.extra["edge"]
+
+
+def test_a_multi_output_model_dearer_than_its_parts_fused_nothing():
+    from nnmeter.fusion.detect import _decide_case
+    from nnmeter.fusion.testcases import build_testcases
+
+    (case,) = build_testcases(only=["conv->{relu,add}"])
+    t = {"p": Timing(0.50, 0.001), "c1": Timing(0.10, 0.001), "c2": Timing(0.12, 0.001),
+         "p+c1": Timing(0.50, 0.001), "p+c2": Timing(0.62, 0.001)}
+    # none = 0.72; conv+relu = 0.62; conv+add = 0.72: a block at 0.80 is nearest to a
+    # fused hypothesis only by accident of its excess
+    pattern, margin, _ = _decide_case(case, {**t, "block": Timing(0.80, 0.001)}, 0.5)
+    assert not pattern["fused"] and pattern["extra"]["chosen"] == "none"
+    assert margin == pytest.approx(0.08)
+    # below the unfused sum, the nearest hypothesis still wins
+    pattern, _, _ = _decide_case(case, {**t, "block": Timing(0.63, 0.001)}, 0.5)
+    assert pattern["fused"] and pattern["extra"]["chosen"] == "conv+relu"
