@@ -68,11 +68,14 @@ fusion is the exception to establish, and a runtime that fused would show a savi
 well beyond the noise.
 
 Measured against each runtime's executed graph (``experiments/fusion_truth.py``, 222
-cases, fresh detections on this machine): ort-cpu 85.1 % -> 95.5 %, mnn-cpu 78.8 % ->
-93.2 %, openvino-cpu 57.2 % -> 59.5 %. OpenVINO stays poor: its perf counters are too
-noisy at these sizes for stable shares, and its single-op models pay for handing their
-whole output back (a cost that grows with the tensor, unlike the per-inference
-overhead), which still reads as a saving.
+cases, detections on this machine; ``experiments/results/fusion_truth_candidates.txt``):
+ort-cpu 97.3 %, mnn-cpu 96.4 %, openvino-cpu 64.4 % (the plain rule without any
+correction: 6.5 %, 79.3 %, 38.7 %). On OpenVINO the hand-off correction moved a
+detection from 57 to 69 % on the earlier truth; what it still misses are fusions that
+save no time (its eltwise chains run as one Subgraph, but at these sizes an eltwise op
+costs no more than handing its tensor over), ops it runs in place (a concat or reshape
+after a producer is free inside a model, and the formula reads that as a fusion) and
+decisions within its noise (its profiler counts whole microseconds).
 
 Measurements go through one :class:`nnmeter.backends.Profiler` per backend, which
 exports each ModelGraph to the backend's format. Identical models (same structure) are
