@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
                    help="test only this case (e.g. 'conv->relu', 'block:se'); repeatable")
     p.add_argument("--no-resume", action="store_true",
                    help="ignore measurements journaled by an interrupted run")
+    p.add_argument("--no-edge-correction", action="store_true",
+                   help="keep the layout conversions at the single-op models' edges in "
+                        "their times (the plain rule)")
+    p.add_argument("--no-handoff-correction", action="store_true",
+                   help="keep what the runtime pays for handing tensors in and out of a "
+                        "model in the times")
     add_json(p)
     p.set_defaults(func=run_detect)
 
@@ -71,7 +77,9 @@ def run_detect(args: argparse.Namespace) -> int:
                                  **{k: v for k, v in over.items() if v is not None})
     out = args.out or rules_path(args.backend)
     rules = detect_fusion(args.backend, alpha=args.alpha, shapes=shapes, out=out,
-                          only=args.only, progress=not args.json, resume=not args.no_resume)
+                          only=args.only, progress=not args.json, resume=not args.no_resume,
+                          edge_correction=not args.no_edge_correction,
+                          handoff_correction=not args.no_handoff_correction)
     summary = rules.summary()
     summary["out"] = str(out)
     if args.json:

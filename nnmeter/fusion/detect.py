@@ -40,21 +40,23 @@ some nodes untimed; LiteRT times none, and is not profiled past its first model)
 ``extra.edge`` records the shares and the milliseconds
 removed from each model, or why the case was not corrected.
 
-Hand-off. A runtime may also pay, per inference and outside any kernel, for every
-tensor that crosses the model's boundary: OpenVINO's CPU plugin copies a model's input
-and output (a 200 KB tensor costs it ~10 µs in and out together, as much as a ReLU on
-it). The single-op models hand op1's output over twice (out of the op1 model, into the
-op2 model); the pair model keeps it inside. The hand-off of a tensor of shape ``s`` is
-measured with a model that only flattens it: H(s) = T(flatten s) - T(flatten of one
-element). It is counted only where the backend's profile shows the flatten running no
-kernel of its own (a view: OpenVINO reports it not run); where it runs one (ONNX Runtime,
-MNN copy the data) the time is the kernel's, not the boundary's, and H = 0, as it is on
-backends that time no executed node (LiteRT). Each model pays half of H for each of its
-graph inputs and outputs, and its net time loses that too:
-T' = max(T - O, 0) × (1 - share) - hand-off, so that the rule compares what the ops
-themselves cost (a pair's saving loses H(op1's output); its threshold is half the
-smaller op's own time, not its boundary's). ``extra.handoff_ms`` records each model's
-hand-off.
+Hand-off. A runtime may also pay, per inference and outside any kernel, for a tensor
+that crosses the model's boundary: OpenVINO's CPU plugin copies a model's output (a
+200 KB tensor costs it ~10 µs, as much as a ReLU on it) and reads its input in place.
+The single-op models hand op1's output over (out of the op1 model, into the op2 model);
+the pair model keeps it inside. Two models measure it per tensor shape ``s``: one that
+only flattens the tensor, H(s) = T(flatten s) - T(flatten of one element), the cost of
+handing it in and out; and one that reads it through a flatten and a split and hands
+back one element, the input side alone (OpenVINO: 0). They count only where the
+backend's profile shows the models run no kernel at all (views: OpenVINO reports its
+reshape and split not run); where a flatten runs a kernel (ONNX Runtime, MNN copy the
+data) its time is the kernel's, not the boundary's, and the hand-off is 0, as on
+backends that time no executed node (LiteRT). Where the input probe runs a kernel, H
+is split in halves. Each model's net time loses the hand-off of its graph inputs and
+outputs: T' = max(T - O, 0) × (1 - share) - hand-off, so that the rule compares what
+the ops themselves cost (a pair's saving loses the hand-off of op1's output; the
+threshold is half the smaller op's own time). ``extra.handoff_ms`` records each model's
+hand-off and ``detection.handoff_ms`` each shape's.
 
 Noise: every time comes with its relative spread. When the margin of a decision is
 smaller than the combined spread (root of the sum of squares of spread × time), all
@@ -69,10 +71,9 @@ well beyond the noise.
 
 Measured against each runtime's executed graph (``experiments/fusion_truth.py``, 222
 cases, detections on this machine; ``experiments/results/fusion_truth_candidates.txt``):
-ort-cpu 97.3 %, mnn-cpu 96.4 %, openvino-cpu 64.4 % (the plain rule without any
-correction: 6.5 %, 79.3 %, 38.7 %). On OpenVINO the hand-off correction moved a
-detection from 57 to 69 % on the earlier truth; what it still misses are fusions that
-save no time (its eltwise chains run as one Subgraph, but at these sizes an eltwise op
+ort-cpu 97.3 %, mnn-cpu 96.4 %, openvino-cpu 64.0 % (the plain rule without any
+correction: 6.5 %, 79.3 %, 41.5 %). On OpenVINO what the rule still misses are fusions
+that save no time (its eltwise chains run as one Subgraph, but at these sizes an eltwise op
 costs no more than handing its tensor over), ops it runs in place (a concat or reshape
 after a producer is free inside a model, and the formula reads that as a fusion) and
 decisions within its noise (its profiler counts whole microseconds).
@@ -100,8 +101,8 @@ from nnmeter.fusion.testcases import TestCase, TestShapes, build_testcases, grap
 from nnmeter.ir.graph import ModelGraph
 
 __all__ = ["detect_fusion", "decide_pair", "measure_overhead", "edge_share",
-           "passthrough_model", "EDGE_CONVERSION_OPS", "EDGE_PROFILE_RUNS", "PairDecision",
-           "Timing"]
+           "passthrough_model", "input_probe_model", "EDGE_CONVERSION_OPS",
+           "EDGE_PROFILE_RUNS", "PairDecision", "Timing"]
 
 logger = logging.getLogger(__name__)
 
@@ -335,9 +336,9 @@ class _Store:
         return self.edges[sig]
 
     def view(self, graph: ModelGraph) -> dict[str, Any]:
-        """Whether ``graph``'s node ``op1`` runs no kernel of its own (profiled once per
-        structure): {"view": True} when the profile lists it untimed or not at all,
-        False when a timed node covers it, None (with "why") when that cannot be told."""
+        """Whether ``graph`` runs no kernel at all (profiled once per structure):
+        {"view": True} when no timed executed node covers any of its ops, False when
+        one does, None (with "why") when that cannot be told."""
         sig = graph_signature(graph)
         if sig not in self.views:
             assert self._profile is not None
@@ -350,7 +351,7 @@ class _Store:
                 rec: dict[str, Any] = {"view": None, "why": f"profiling failed: {err}"[:200]}
             else:
                 self.profiled += 1
-                timed = [n for n in nodes if "op1" in n.covers and n.time_ms]
+                timed = [n for n in nodes if n.covers and n.time_ms]
                 rec = {"view": not timed, "why": ""}
             self.views[sig] = rec
             self._journal({"sig": sig, "view": rec})
@@ -361,37 +362,50 @@ class _Store:
         the one-element null model)."""
         return self.view(_null_model(1))["view"] is False
 
-    def handoff(self, shape: tuple[int, ...]) -> float:
-        """H(shape) in ms: handing a tensor of ``shape`` out of one model and into
-        another, outside any kernel (module doc); 0 where not measurable."""
+    def handoff(self, shape: tuple[int, ...], side: str) -> float:
+        """What handing a tensor of ``shape`` into (``side="in"``) or out of
+        (``"out"``) a model costs outside any kernel, in ms (module doc); 0 where not
+        measurable."""
         key = tuple(int(d) for d in shape)
         if key not in self._handoff:
             self._handoff[key] = self._measure_handoff(key)
-        return float(self._handoff[key]["ms"])
+        return float(self._handoff[key][side])
 
     def _measure_handoff(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        none = {"in": 0.0, "out": 0.0}
         if self.no_handoff is not None:
-            return {"ms": 0.0, "why": self.no_handoff}
+            return {**none, "why": self.no_handoff}
         # a profiler that times no node at all cannot tell a view from a kernel
         if not self.times_nodes():
             probe = self.view(_null_model(1))
             self.no_handoff = self.no_handoff or (
                 "the backend's profiler does not time a running node: "
                 + (probe["why"] or "the null model's relu is untimed"))
-            return {"ms": 0.0, "why": self.no_handoff}
+            return {**none, "why": self.no_handoff}
         g = passthrough_model(shape)
         rec = self.view(g)
         if not rec["view"]:
-            return {"ms": 0.0, "why": rec["why"] or "the flatten runs a kernel"}
+            return {**none, "why": rec["why"] or "the flatten runs a kernel"}
         one = passthrough_model((1, 1, 1, 1))
         self.ensure(g)
         self.ensure(one)
-        ms = max(self.timing(g).latency_ms - self.timing(one).latency_ms, 0.0)
-        return {"ms": ms, "why": ""}
+        base = self.timing(one).latency_ms
+        both = max(self.timing(g).latency_ms - base, 0.0)
+        # the input side alone: a model that reads the tensor through views and hands
+        # back one element
+        probe = input_probe_model(shape)
+        if probe is None or not self.view(probe)["view"]:
+            return {"in": both / 2, "out": both / 2,
+                    "why": "", "note": "input side not separable: split in halves"}
+        self.ensure(probe)
+        ms_in = min(max(self.timing(probe).latency_ms - base, 0.0), both)
+        return {"in": ms_in, "out": both - ms_in, "why": ""}
 
     def handoff_record(self) -> dict[str, Any]:
-        """Every hand-off measured: {"1x128x28x28": ms or why}."""
-        return {"x".join(map(str, k)): (round(v["ms"], 6) if not v["why"] else v["why"])
+        """Every hand-off measured: {"1x128x28x28": {"in": ms, "out": ms} or why}."""
+        return {"x".join(map(str, k)): (v["why"] if v["why"] else
+                                        {"in": round(v["in"], 6), "out": round(v["out"], 6),
+                                         **({"note": v["note"]} if "note" in v else {})})
                 for k, v in sorted(self._handoff.items())}
 
     def measure_new(self, graph: ModelGraph) -> dict[str, Any]:
@@ -458,11 +472,25 @@ def passthrough_model(shape: tuple[int, ...]) -> ModelGraph:
     return b.build([b.reshape(b.x, target, name="op1")])
 
 
+def input_probe_model(shape: tuple[int, ...]) -> ModelGraph | None:
+    """A model that reads a tensor of ``shape`` and hands back one element of it (a
+    reshape and a split, views on a runtime that has them), or None for one element."""
+    from nnmeter.ir.builder import GraphBuilder
+
+    shape = tuple(int(d) for d in shape)
+    n = math.prod(shape)
+    if n < 2:
+        return None
+    b = GraphBuilder("inputprobe_" + "x".join(map(str, shape)), shape)
+    flat = b.reshape(b.x, (1, n), name="op0")
+    head = b.split(flat, [1, n - 1], axis=1, name="op1")[0]
+    return b.build([head])
+
+
 def _model_handoff(graph: ModelGraph, store: "_Store") -> float:
-    """Half the hand-off of every graph input and output of ``graph`` (ms)."""
-    shapes = [graph.shape_of(i) for i in graph.input_names]
-    shapes += [graph.shape_of(o) for o in graph.outputs]
-    return 0.5 * sum(store.handoff(tuple(s)) for s in shapes)
+    """The hand-off of every graph input and output of ``graph`` (ms)."""
+    return (sum(store.handoff(tuple(graph.shape_of(i)), "in") for i in graph.input_names)
+            + sum(store.handoff(tuple(graph.shape_of(o)), "out") for o in graph.outputs))
 
 
 def measure_overhead(store: "_Store") -> tuple[float, float]:

@@ -66,3 +66,19 @@ def test_detect_fusion_command_on_ort(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["pair"]["tested"] == 1 and report["out"] == str(out)
     assert json.loads(out.read_text())["shapes"]["hw"] == 14
+
+
+@pytest.mark.integration
+def test_detect_fusion_command_turns_the_corrections_off(tmp_path, capsys):
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    out = tmp_path / "ort.json"
+    assert main(["detect-fusion", "--backend", "ort-cpu", "--only", "relu->maxpool",
+                 "--out", str(out), "--no-edge-correction", "--no-handoff-correction",
+                 "--json"]) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["detection"]["edge_correction"] is False
+    assert data["detection"]["handoff_correction"] is False
+    assert data["detection"]["profiles"] == 0  # nothing asked the runtime's profiler
+    (p,) = data["patterns"]
+    assert "handoff_ms" not in p["extra"] and "skipped" in p["extra"]["edge"]

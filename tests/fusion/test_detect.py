@@ -333,28 +333,31 @@ class HandoffProfiler(ScriptedProfiler):
     graph input and output, outside any kernel, and runs reshapes as views (free, and
     reported untimed) unless ``reshape_kernel``."""
 
-    PER_ELEMENT_MS = 3e-6
+    PER_ELEMENT_MS = 3e-6  # per element handed in and out (split by IN_SHARE)
+    IN_SHARE = 0.5
 
-    def __init__(self, reshape_kernel: bool = False, **kw) -> None:
+    def __init__(self, reshape_kernel: bool = False, in_share: float = 0.5, **kw) -> None:
         super().__init__(**kw)
         self.reshape_kernel = reshape_kernel
+        self.IN_SHARE = in_share
         self.profiles = 0
 
     def measure(self, graph, on_error="record", **kw):
         m = super().measure(graph, on_error, **kw)
         t = m.latency_ms
         if not self.reshape_kernel:
-            t -= 0.05 * sum(n.op == "reshape" and math.prod(n.output_shape) > 8
+            t -= 0.05 * sum(n.op in ("reshape", "split") and math.prod(n.output_shape) > 8
                             for n in graph.topological_nodes())
-        ends = [graph.shape_of(i) for i in graph.input_names]
-        ends += [graph.shape_of(o) for o in graph.outputs]
-        t += self.PER_ELEMENT_MS * sum(math.prod(s) for s in ends)
+        ins = sum(math.prod(graph.shape_of(i)) for i in graph.input_names)
+        outs = sum(math.prod(graph.shape_of(o)) for o in graph.outputs)
+        t += self.IN_SHARE * 2 * self.PER_ELEMENT_MS * ins
+        t += (1 - self.IN_SHARE) * 2 * self.PER_ELEMENT_MS * outs
         return Measurement(t, t, t, 0.0, self.spread, 5, 50, DEVICE)
 
     def profile(self, graph, runs=10):
         self.profiles += 1
-        return [_node(n.op, [n.name], None if n.op == "reshape" and not self.reshape_kernel
-                      else COST_MS.get(n.op, 0.05))
+        views = () if self.reshape_kernel else ("reshape", "split")
+        return [_node(n.op, [n.name], None if n.op in views else COST_MS.get(n.op, 0.05))
                 for n in graph.topological_nodes() if n.op != "input"]
 
 
@@ -389,8 +392,26 @@ def test_handoff_is_removed_from_the_saving(tmp_path):
     assert not multi.fused and multi.extra["chosen"] == "none"
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["detection"]["handoff_correction"] is True
-    assert data["detection"]["handoff_ms"]["1x64x28x28"] == pytest.approx(
-        2 * HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-3)
+    rec = data["detection"]["handoff_ms"]["1x64x28x28"]
+    assert rec["in"] == pytest.approx(HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-2)
+    assert rec["out"] == pytest.approx(HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-2)
+
+
+def test_an_output_only_handoff_leaves_the_ops_their_own_time(tmp_path):
+    # OpenVINO's case: inputs are read in place, outputs are copied
+    only = ["relu->maxpool", "conv->relu", "bn->relu"]
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json", only=only, progress=False,
+                          profiler=HandoffProfiler(in_share=0.0), edge_correction=False)
+    data = json.loads((tmp_path / "r.json").read_text())
+    n = 64 * 28 * 28
+    rec = data["detection"]["handoff_ms"]["1x64x28x28"]
+    assert rec["in"] == pytest.approx(0.0, abs=1e-6)
+    assert rec["out"] == pytest.approx(2 * HandoffProfiler.PER_ELEMENT_MS * n, rel=1e-2)
+    assert not rules.fuses("relu", "maxpool") and rules.fuses("conv", "relu")
+    p = next(p for p in rules.patterns if p.name == "relu->maxpool")
+    assert p.saving_ms == pytest.approx(0.0, abs=1e-4)
+    # relu alone keeps its own 0.2 ms: the threshold is half of it, not of nothing
+    assert p.threshold_ms == pytest.approx(0.5 * COST_MS["relu"], rel=1e-2)
 
 
 def test_no_handoff_where_the_reshape_runs_a_kernel(tmp_path):
