@@ -303,23 +303,34 @@ class _Store:
         self.rows.setdefault(sig, []).append(m)
         self._journal({"sig": sig, "m": m})
 
+    def _try_profile(self, graph: ModelGraph) -> tuple[list[Any] | None, str, bool]:
+        """(executed nodes, "", False) or (None, why not, whether for good). A backend
+        that reports no executed graph turns both profile-based corrections off."""
+        assert self._profile is not None
+        try:
+            nodes = self._profile(graph)
+        except NotImplementedError as err:
+            why = f"the backend reports no executed graph ({err})"[:200]
+            self.no_profile = self.no_profile or why
+            self.no_handoff = self.no_handoff or why
+            return None, why, True
+        except (BackendError, MeasurementError) as err:
+            return None, f"profiling failed: {err}"[:200], False
+        self.profiled += 1
+        return nodes, "", False
+
     def edge(self, graph: ModelGraph) -> dict[str, Any]:
         """The model's edge-conversion share (profiled once per structure)."""
         if self.no_profile is not None:
             return {"share": None, "why": self.no_profile}
         sig = graph_signature(graph)
         if sig not in self.edges:
-            assert self._profile is not None
-            try:
-                nodes = self._profile(graph)
-            except NotImplementedError as err:
-                self.no_profile = f"the backend reports no executed graph ({err})"[:200]
-                self.no_handoff = self.no_handoff or self.no_profile
-                return {"share": None, "why": self.no_profile}
-            except (BackendError, MeasurementError) as err:
-                rec: dict[str, Any] = {"share": None, "why": f"profiling failed: {err}"[:200]}
+            nodes, why, for_good = self._try_profile(graph)
+            if for_good:
+                return {"share": None, "why": why}
+            if nodes is None:
+                rec: dict[str, Any] = {"share": None, "why": why}
             else:
-                self.profiled += 1
                 if (nodes and all(n.time_ms is None for n in nodes)
                         and not self.times_nodes()):
                     # a profiler that times no node at all (LiteRT's Python API) will not
@@ -341,18 +352,12 @@ class _Store:
         one does, None (with "why") when that cannot be told."""
         sig = graph_signature(graph)
         if sig not in self.views:
-            assert self._profile is not None
-            try:
-                nodes = self._profile(graph)
-            except NotImplementedError as err:
-                self.no_handoff = f"the backend reports no executed graph ({err})"[:200]
-                return {"view": None, "why": self.no_handoff}
-            except (BackendError, MeasurementError) as err:
-                rec: dict[str, Any] = {"view": None, "why": f"profiling failed: {err}"[:200]}
-            else:
-                self.profiled += 1
-                timed = [n for n in nodes if n.covers and n.time_ms]
-                rec = {"view": not timed, "why": ""}
+            nodes, why, for_good = self._try_profile(graph)
+            if for_good:
+                return {"view": None, "why": why}
+            rec: dict[str, Any] = (
+                {"view": None, "why": why} if nodes is None
+                else {"view": not [n for n in nodes if n.covers and n.time_ms], "why": ""})
             self.views[sig] = rec
             self._journal({"sig": sig, "view": rec})
         return self.views[sig]
