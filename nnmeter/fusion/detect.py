@@ -86,6 +86,7 @@ JSONL next to the output file, so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -716,10 +717,9 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
     own = profiler is None
     prof = profiler or Profiler(backend_id)
     kw = dict(protocol or {})
-    profile = None
+    profile: Callable[[ModelGraph], list[Any]] | None = None
     if (edge_correction or handoff_correction) and hasattr(prof, "profile"):
-        def profile(g: ModelGraph) -> list[Any]:
-            return prof.profile(g, runs=EDGE_PROFILE_RUNS)
+        profile = functools.partial(prof.profile, runs=EDGE_PROFILE_RUNS)
     store = _Store(lambda g: prof.measure(g, on_error="record", **kw), journal, resume,
                    profile, edge_correction=edge_correction,
                    handoff_correction=handoff_correction)
