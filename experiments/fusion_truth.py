@@ -254,7 +254,7 @@ def main() -> int:
         results[backend] = res
         s = res["summary"]
         print(f"== {backend}: {s['agree']}/{s['patterns']} agree ({100 * s['agreement']:.1f} %); "
-              f"raw rule (no overhead correction) {100 * s['agreement_raw_rule']:.1f} %; "
+              f"raw rule (no correction) {100 * s['agreement_raw_rule']:.1f} %; "
               f"on the {s['usable']} patterns the partitioner can use "
               f"{s['usable_agree']}/{s['usable']} "
               f"({100 * s['usable_agree'] / max(1, s['usable']):.1f} %); "
