@@ -228,10 +228,10 @@ class MnnCpuBackend(Backend):
         anchors = []
         for name, op_type in order:
             op = mnn_ops.get(name)
+            m = _RASTER.match(name)
+            base = m.group(1) if m else name
+            base_op = mnn_ops.get(base)
             if op is None and op_type == "Raster":
-                m = _RASTER.match(name)
-                base = m.group(1) if m else name
-                base_op = mnn_ops.get(base)
                 # a raster that only moves data in front of an op that runs on its own,
                 # or that converts a layout, computes nothing of the original model
                 if (base_op is None or base in executed_plain
@@ -239,11 +239,11 @@ class MnnCpuBackend(Backend):
                     anchors.append(set())
                 else:
                     anchors.append(op_anchors(base_op))
-            elif op is None and _RASTER.match(name) and mnn_ops.get(_RASTER.match(name).group(1)):
+            elif op is None and m and base_op is not None:
                 # a compute op MNN split out of an original one at run time: a pooling
                 # over a 3-D layout runs as "<op>_raster_0" (the raster) and
                 # "<op>_raster_1" (the pooling), and both compute <op>
-                anchors.append(op_anchors(mnn_ops[_RASTER.match(name).group(1)]))
+                anchors.append(op_anchors(base_op))
             elif op is None or op.get("type") in ("ConvertTensor", "Input"):
                 anchors.append(set())
             else:

@@ -382,8 +382,8 @@ class _Store:
         if self.no_handoff is not None:
             return {**none, "why": self.no_handoff}
         # a profiler that times no node at all cannot tell a view from a kernel
-        if not self.times_nodes():
-            probe = self.view(_null_model(1))
+        probe = self.view(_null_model(1))
+        if probe["view"] is not False:
             self.no_handoff = self.no_handoff or (
                 "the backend's profiler does not time a running node: "
                 + (probe["why"] or "the null model's relu is untimed"))
@@ -531,7 +531,9 @@ def _evaluate(case: TestCase, store: _Store, alpha: float, max_remeasure: int,
     for g in case.models.values():
         store.ensure(g)
     shares, why = _case_shares(case, store)
-    handoff = {role: _model_handoff(g, store) for role, g in case.models.items()}
+    # measured (once per tensor shape) only while the backend can tell a hand-off
+    handoff = ({role: _model_handoff(g, store) for role, g in case.models.items()}
+               if store.no_handoff is None else {})
     close = False
     for attempt in range(max_remeasure + 1):
         t = {role: store.timing(g) for role, g in case.models.items()}
