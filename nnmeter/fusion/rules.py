@@ -25,7 +25,7 @@ each model's edge layout/precision conversions (``extra.edge``: ``share`` and
 ``removed_ms`` per model, or ``skipped`` with the reason); ``extra.raw`` repeats the
 decision of the raw rule on the measured times; ``extra.tie`` marks a decision still
 within the noise after re-measuring, which is recorded as not fused (see
-:mod:`nnmeter.fusion.detect`). ``shapes`` are the test-case shapes
+:mod:`nnmeter.fusion.decision`). ``shapes`` are the test-case shapes
 (:class:`~nnmeter.fusion.testcases.TestShapes`) the file was detected with.
 
 ``kind`` is ``pair`` (op1 → op2), ``multi_output`` (one producer, two consumers;
