@@ -52,25 +52,16 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
 
 
 def _predictor(backend: str, with_boundary: bool):  # noqa: ANN202
+    """The predictor with the edges term (removed in training, paid at the model's
+    edges), applied even where boundary.json says not to, or without it."""
     from nnmeter.fusion import load_rules
     from nnmeter.predictors import train
-    from nnmeter.predictors.boundary import remove_boundary
-    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.predictors.terms import TERMS
 
-    ds_dir = kernel_dataset_dir(backend)
-    original = train._remove_reorders
-
-    def patched(backend_id, data):  # noqa: ANN001, ANN202
-        out = original(backend_id, data)
-        remove_boundary(KernelDataset(ds_dir, backend_id), data)
-        return out
-
-    if with_boundary:
-        train._remove_reorders = patched
-    try:
-        return train.train_predictor(backend, ds_dir, load_rules(backend))
-    finally:
-        train._remove_reorders = original
+    names = [n for n in TERMS.ordered() if with_boundary or n != "edges"]
+    return train.train_predictor(backend, kernel_dataset_dir(backend), load_rules(backend),
+                                 terms=names, force=("edges",) if with_boundary else ())
 
 
 def evaluate(backend: str, selection: Path) -> None:

@@ -52,7 +52,8 @@ def main() -> None:
     import json
     from pathlib import Path
 
-    from nnmeter.predictors.chain import (COMPUTE_TYPES, measure_chain, merge_chain,
+    from nnmeter.predictors.terms import ChainTerm, composition_before
+    from nnmeter.predictors.chain import (COMPUTE_TYPES, merge_chain,
                                           write_chain)
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
@@ -72,7 +73,9 @@ def main() -> None:
         for p in rec["points"]:
             show(p)
     else:
-        rec = measure_chain(args.backend, kernel_dataset_dir(args.backend), on_point=show)
+        where = kernel_dataset_dir(args.backend)
+        rec = ChainTerm.measure(args.backend, where, on_point=show,
+                                before=composition_before(args.backend, where, "chain"))
         if earlier:
             rec = merge_chain([*earlier, rec])
     pts = rec["points"]

@@ -49,7 +49,8 @@ def main() -> None:
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
     from nnmeter.predictors.regressors import make_regressor
     from nnmeter.predictors.train import load_kernel_data, work_feature
-    from nnmeter.predictors.train import CHOICE_FILE, _family_of
+    from nnmeter.predictors.kernel_data import family_of as _family_of
+    from nnmeter.predictors.train import CHOICE_FILE
     from nnmeter.sampling.adaptive import split_of
 
     out = {}

@@ -16,10 +16,11 @@ from nnmeter import zoo
 from nnmeter.backends import Profiler
 from nnmeter.predictors import load_predictor
 from nnmeter.partition import partition
-from nnmeter.predictors.layout import reorder_elements, LAYOUT_BLOCK
+from nnmeter.predictors.layout import reorder_elements
 fam = sys.argv[1]; idxs = [int(x) for x in sys.argv[2].split(",")]
 pred = load_predictor("ort-cpu")
-ov = pred.overhead_ms; fixed, per = pred.meta["reorder_cost"]
+ov = pred.overhead_ms; reorders = pred.composition.get("reorders")
+fixed, per = reorders.line; block = reorders.block
 rows = [json.loads(l) for l in open("datasets/models/ort-cpu.jsonl")]
 names = sorted({r["variant"] for r in rows if r["family"] == fam and r["ok"]})
 with Profiler("ort-cpu") as prof:
@@ -34,7 +35,7 @@ with Profiler("ort-cpu") as prof:
             if key not in cache:
                 kg = k.kernel_type.build_graph(k.config)
                 t = prof.measure(kg).latency_ms
-                n_in, n_out = reorder_elements(k.kernel_type, k.config, LAYOUT_BLOCK["ort-cpu"])
+                n_in, n_out = reorder_elements(k.kernel_type, k.config, block)
                 extra = n_out if "add" in k.type.split("-")[1:] else 0
                 sub = sum(fixed + per * n for n in (n_in, n_out, extra) if n)
                 cache[key] = max(t - ov - sub, 0.25 * (t - ov))

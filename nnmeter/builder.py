@@ -41,17 +41,11 @@ from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, Measur
                             UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.features import model_input
-from nnmeter.predictors.layout import LAYOUT_BLOCK
 from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
 
-#: backends whose single-kernel models pay edge conversions a whole model does not, and
-#: whose profiler shows them (measured: openvino-cpu; on mnn-cpu removing them made
-#: predictions worse, on ort-cpu the NCHWc reorders are modelled in predictors.layout)
-BOUNDARY_BACKENDS = frozenset({"openvino-cpu"})
-
-__all__ = ["BOUNDARY_BACKENDS", "build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
+__all__ = ["calibrate", "build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
            "profile_configs"]
 
 logger = logging.getLogger(__name__)
@@ -277,46 +271,34 @@ def _record_prior(path: Path, weights: dict[str, float], priors: dict[str, Any],
     path.write_text(json.dumps(record, default=str))
 
 
-#: device calibrations ``build_predictor`` measures once per dataset, after profiling, in
-#: this order: name → (module, its file, measure function, write function, what is
-#: measured, errors that skip it with a warning instead of failing the build)
-CALIBRATIONS: dict[str, tuple[str, str, str, str, str, tuple[type, ...]]] = {
-    # single-kernel models of some runtimes pay layout/precision conversions at their
-    # edges that whole models do not
-    "boundary": ("nnmeter.predictors.boundary", "BOUNDARY_FILE", "measure_boundary",
-                 "write_boundary", "the boundary cost of single-kernel models", ()),
-    # single-kernel models time their weights hot in the cache; in a whole model they
-    # come from memory
-    "weight_stream": ("nnmeter.predictors.weight_stream", "STREAM_FILE",
-                      "measure_weight_stream", "write_weight_stream",
-                      "the weight streaming rate", ()),
-    # how a layout reorder's cost rises past the caches (no blocked kernel measured
-    # yet: the relu line stays)
-    "reorder": ("nnmeter.predictors.reorder", "REORDER_FILE", "measure_reorders",
-                "write_reorders", "the layout reorders of single-kernel models",
-                (DatasetError,)),
-    # what a single-kernel model costs beyond its kernel's time inside a model
-    "chain": ("nnmeter.predictors.chain", "CHAIN_FILE", "measure_chain", "write_chain",
-              "chains of kernels against single kernels",
-              (DatasetError, PredictorError, MeasurementError)),
-}
+def calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str] | None = None) -> list[str]:
+    """Measure and write the calibration record of every composition term
+    (:mod:`nnmeter.predictors.terms`, in their order) that the device needs
+    (``Term.wanted`` on the dataset's device facts), that ``names`` selects (None: all)
+    and that the dataset does not hold yet. Returns the terms calibrated.
 
+    A term's ``calibration_skips`` errors skip it with a warning instead of failing.
+    """
+    from nnmeter.predictors.facts import device_facts
+    from nnmeter.predictors.terms import TERMS, composition_before
 
-def _calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str]) -> None:
-    """Measure and write each calibration of :data:`CALIBRATIONS` in ``names`` that the
-    dataset does not hold yet."""
-    import importlib
-
-    for name in names:
-        module, file_attr, measure, write, what, skip = CALIBRATIONS[name]
-        mod = importlib.import_module(module)
-        if (dataset_dir / getattr(mod, file_attr)).exists():
+    ds = KernelDataset(dataset_dir, backend_id)
+    facts = device_facts((ds.meta() or {}).get("device"))
+    done = []
+    for name in TERMS.ordered():
+        term = TERMS.get(name)
+        if term.record_file is None or (names is not None and name not in names) \
+                or not term.wanted(facts) or (dataset_dir / term.record_file).exists():
             continue
-        logger.info("measuring %s", what)
+        logger.info("measuring %s", term.calibration or name)
         try:
-            getattr(mod, write)(dataset_dir, getattr(mod, measure)(backend_id, dataset_dir))
-        except skip as err:
+            before = composition_before(backend_id, dataset_dir, name) \
+                if term.measures_after else None
+            term.write(dataset_dir, term.measure(backend_id, dataset_dir, before=before))
+            done.append(name)
+        except term.calibration_skips as err:
             logger.warning("%s calibration skipped: %s", name, err)
+    return done
 
 
 def build_predictor(
@@ -386,14 +368,15 @@ def build_predictor(
     prior_configs : dict, optional
         Kernel type → real configurations (dicts), instead of walking the zoo.
     calibrate_boundary : bool
-        On backends in :data:`BOUNDARY_BACKENDS`, measure the boundary cost of
-        single-kernel models (``boundary.json``) once per dataset, after profiling.
+        On devices whose runtime pays edge conversions (:class:`DeviceFacts`), measure
+        the boundary cost of single-kernel models (``boundary.json``, the ``edges``
+        term) once per dataset, after profiling.
     calibrate_weight_stream : bool
         Measure the rate at which the device streams weights from memory
         (``weight_stream.json``, :mod:`nnmeter.predictors.weight_stream`) once per
         dataset, after profiling.
     calibrate_reorders : bool
-        On backends with a blocked layout (:data:`~nnmeter.predictors.layout.LAYOUT_BLOCK`),
+        On devices with a blocked layout (``DeviceFacts.layout_block``),
         profile the single-kernel models' layout reorders (``reorders.json``,
         :mod:`nnmeter.predictors.reorder`) once per dataset, after profiling.
     calibrate_chain : bool
@@ -576,14 +559,11 @@ def build_predictor(
             profiler.close()
     result.minutes = (time.monotonic() - t_start) / 60
     ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
-    if own_profiler:
-        base = backend_id.split("@")[0]
-        _calibrate(backend_id, ds.directory, [
+    if own_profiler and ds.meta() is not None:
+        calibrate(backend_id, ds.directory, [
             name for name, wanted in (
-                ("boundary", calibrate_boundary and base in BOUNDARY_BACKENDS),
-                ("weight_stream", calibrate_weight_stream),
-                ("reorder", calibrate_reorders and base in LAYOUT_BLOCK),
-                ("chain", calibrate_chain)) if wanted])
+                ("edges", calibrate_boundary), ("weight_refetch", calibrate_weight_stream),
+                ("reorders", calibrate_reorders), ("chain", calibrate_chain)) if wanted])
     if train:
         from nnmeter.predictors import load_predictor
         from nnmeter.predictors.train import choose_regressors

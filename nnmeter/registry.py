@@ -101,6 +101,12 @@ class Registry(Generic[T]):
         self._load_entry_points()
         return sorted(self._items)
 
+    def ordered(self) -> list[str]:
+        """All registered names in the order they were registered (built-ins first,
+        then entry-point plugins)."""
+        self._load_entry_points()
+        return list(self._items)
+
     def __contains__(self, name: object) -> bool:
         if name not in self._items:
             self._load_entry_points()

@@ -24,7 +24,7 @@ class LinearCostProfiler:
     def __init__(self) -> None:
         from nnmeter.backends.base import DeviceInfo
 
-        self.device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="fake",
+        self.device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="onnxruntime",
                                  runtime_version="1", settings={"threads": 1})
 
     def measure(self, graph, on_error="record", **protocol):

@@ -20,8 +20,8 @@ RULES = FusionRules.from_decisions("fake-cpu", pairs={("conv", "bn"): True, ("bn
 class FakeProfiler:
     """Profiler stand-in: synthetic latency from the kernel's FLOPs and bytes."""
 
-    def __init__(self, cpu="fake cpu"):
-        self.device = DeviceInfo(cpu_model=cpu, cores=2, runtime="fake", runtime_version="1",
+    def __init__(self, cpu="fake cpu", runtime="fake"):
+        self.device = DeviceInfo(cpu_model=cpu, cores=2, runtime=runtime, runtime_version="1",
                                  settings={"threads": 1})
         self.calls = 0
 
@@ -157,14 +157,16 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
 
     class OwnProfiler(FakeProfiler):  # what build_predictor opens when given none
         def __init__(self, backend_id):
-            super().__init__()
+            # the runtime the backend runs (its device facts decide the calibrations)
+            super().__init__(runtime={"openvino-cpu": "openvino", "mnn-cpu": "mnn"}[backend_id])
 
     calls = []
 
     def fake_measure(backend_id, dataset_dir, **kw):
         calls.append(backend_id)
         return {"backend_id": backend_id, "fit": {"shared": [0.0, 0.0, 0.0], "families": {}},
-                "points": [], "fingerprint_id": None}
+                "points": [],
+                "fingerprint_id": KernelDataset(dataset_dir, backend_id).fingerprint_id}
 
     import nnmeter.predictors.weight_stream as weight_stream
 
@@ -173,9 +175,9 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     def fake_stream(backend_id, dataset_dir, **kw):
         streams.append(backend_id)
         return {"backend_id": backend_id, "bytes_per_ms": 2e7, "points": [],
-                "fingerprint_id": None}
+                "fingerprint_id": KernelDataset(dataset_dir, backend_id).fingerprint_id}
 
-    import nnmeter.predictors.chain as chain
+    from nnmeter.predictors.terms import ChainTerm
 
     chains = []
 
@@ -187,7 +189,7 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     monkeypatch.setattr(backends, "Profiler", OwnProfiler)
     monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
     monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
-    monkeypatch.setattr(chain, "measure_chain", fake_chain)
+    monkeypatch.setattr(ChainTerm, "measure", classmethod(lambda cls, b, d, before: fake_chain(b, d)))
     for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
         build_predictor(backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,

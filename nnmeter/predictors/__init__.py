@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from nnmeter.errors import PredictorError
+from nnmeter.predictors.composition import Composition
+from nnmeter.predictors.terms import TERMS
 from nnmeter.predictors.model import (
     KernelRow, LatencyPredictor, LatencyReport, PredictorSettings,
 )
@@ -40,7 +42,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 10
+CACHE_VERSION = 11
 
 
 def cache_dir() -> Path:
@@ -104,36 +106,37 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
         )
     rules = load_rules(backend_id)
     rp = rules_path(backend_id)
-    from nnmeter.predictors.boundary import BOUNDARY_FILE
-    from nnmeter.predictors.train import CHOICE_FILE
-    from nnmeter.predictors.reorder import REORDER_FILE
-    from nnmeter.predictors.weight_stream import STREAM_FILE
-    from nnmeter.predictors.chain import CHAIN_FILE
-
-    extra = [f for f in (ds.directory / CHOICE_FILE, ds.directory / BOUNDARY_FILE,
-                         ds.directory / STREAM_FILE, ds.directory / REORDER_FILE,
-                         ds.directory / CHAIN_FILE)
-             if f.exists()]
-    key = _cache_key(rp if rp.exists() else None, files + extra, settings)
+    key = _cache_key(rp if rp.exists() else None, files + _record_files(ds), settings)
     where = cache_dir() / (dataset or backend_id) / key
     if use_cache and (where / "manifest.json").exists():
         try:
             regs, meta = load_regressors(where)
             return LatencyPredictor(backend_id, rules, regs, device=meta.get("device"),
                                     meta={**meta, "cache": str(where)},
-                                    overhead_ms=float(meta.get("overhead_ms", 0.0)))
+                                    composition=Composition.from_records(meta.get("terms"), TERMS))
         except PredictorError as err:
             logger.warning("ignoring a broken predictor cache: %s", err)
     logger.info("training the %s predictor from %s", backend_id, ds_dir)
     pred = train_predictor(backend_id, ds_dir, rules, settings)
     if use_cache:
-        meta = {**pred.meta, "device": pred.device, "backend_id": backend_id, "key": key}
+        meta = {**pred.meta, "device": pred.device, "backend_id": backend_id, "key": key,
+                "terms": pred.composition.records()}
         try:
             save_regressors(where, pred.regressors, meta=meta)
             pred.meta["cache"] = str(where)
         except OSError as err:
             logger.warning("could not cache the predictor in %s: %s", where, err)
     return pred
+
+
+def _record_files(ds: Any) -> list[Path]:
+    """The dataset's files besides the kernel rows that training reads: its device
+    record, the regressor choice and every composition term's calibration record."""
+    from nnmeter.predictors.train import CHOICE_FILE
+
+    names = [ds.META, CHOICE_FILE] + [n for t in TERMS.ordered()
+                                      if (n := TERMS.get(t).record_file)]
+    return [ds.directory / n for n in names if (ds.directory / n).exists()]
 
 
 def available_predictors(root: str | os.PathLike | None = None) -> list[str]:

@@ -38,9 +38,10 @@ Examples
 >>> ks = partition(g, rules)
 >>> [k.type for k in ks]
 ['conv-bn', 'hswish', 'conv']
->>> absorbed_kernels(g, ks, "ort-cpu")
+>>> from nnmeter.predictors.facts import device_facts
+>>> absorbed_kernels(g, ks, device_facts({"runtime": "onnxruntime"}))
 {1: 0}
->>> absorbed_kernels(g, ks, "litert-cpu")
+>>> absorbed_kernels(g, ks, device_facts({"runtime": "mnn"}))
 {}
 """
 
@@ -49,29 +50,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["FOLDED_ACTIVATIONS", "MERGED_TYPES", "absorbed_kernels"]
+from nnmeter.predictors.facts import DeviceFacts
 
-#: backend id → standalone activation kernel types its convolutions run as their epilogue
-#: (ORT 1.32's profiled graphs: ``nchwc.Conv`` with activation HardSwish, HardSigmoid,
-#: Sigmoid, Tanh, LeakyRelu, Clip or Relu; not Gelu, nor Swish, which it turns into
-#: QuickGelu)
-FOLDED_ACTIVATIONS: dict[str, frozenset[str]] = {
-    "ort-cpu": frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "relu",
-                          "relu6"}),
-}
-
-#: backend id → weightless single-op kernel types of which it runs one per input tensor
-#: and attributes (activations and poolings)
-_WEIGHTLESS = frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "relu",
-                         "relu6", "gelu", "swish", "avgpool", "maxpool", "gap"})
-MERGED_TYPES: dict[str, frozenset[str]] = {
-    "ort-cpu": _WEIGHTLESS,
-    # the .tflite converter eliminates common subexpressions when it writes the model
-    # (a NASBench-201 variant with 47 average pools and 5 relus in its graph: 32
-    # AVERAGE_POOL_2D and 2 RELU ops in the .tflite file)
-    "litert-cpu": _WEIGHTLESS,
-    "litert-cpu-ref": _WEIGHTLESS,
-}
+__all__ = ["absorbed_kernels"]
 
 #: kernel families whose kernels can take a folded activation as their epilogue
 _CONV_FAMILIES = ("conv", "dwconv")
@@ -86,16 +67,18 @@ def _single_input(graph_node: Any) -> Any:
     return inputs[0] if len(inputs) == 1 else None
 
 
-def absorbed_kernels(graph: Any, kernels: Sequence[Any], backend_id: str) -> dict[int, int]:
-    """Kernels of ``graph`` that ``backend_id`` runs inside another kernel.
+def absorbed_kernels(graph: Any, kernels: Sequence[Any], facts: DeviceFacts) -> dict[int, int]:
+    """Kernels of ``graph`` that the runtime of a device with ``facts`` runs inside
+    another kernel.
 
     Parameters
     ----------
     graph : ModelGraph
     kernels : sequence of Kernel
         The graph's kernels in topological order (as the partitioner returns them).
-    backend_id : str
-        ``ort-cpu`` (or a dataset id ``ort-cpu@…``); other backends absorb nothing.
+    facts : DeviceFacts
+        Which activations the runtime folds into convolutions and which weightless
+        kernels it merges (:func:`nnmeter.predictors.facts.device_facts`).
 
     Returns
     -------
@@ -103,9 +86,8 @@ def absorbed_kernels(graph: Any, kernels: Sequence[Any], backend_id: str) -> dic
         Index of an absorbed kernel → index of the kernel it runs inside (always an
         earlier one). Empty when the backend absorbs nothing.
     """
-    base = backend_id.split("@")[0]
-    folded_types = FOLDED_ACTIVATIONS.get(base, frozenset())
-    merged_types = MERGED_TYPES.get(base, frozenset())
+    folded_types = facts.folded_activations
+    merged_types = facts.merged_types
     if not (folded_types or merged_types):
         return {}
     node_data = graph.nx._node

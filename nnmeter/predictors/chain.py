@@ -190,7 +190,9 @@ def chain_graph(name: str, c: int, hw: int, k: int, n: int) -> Any:
     return b.build([y])
 
 
-def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, profiler: Any = None,
+def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, overhead_ms: float,
+                  single_costs: Callable[[Any, Any], tuple[float, float]],
+                  profiler: Any = None,
                   on_point: Callable[[dict[str, Any]], None] | None = None,
                   rounds: int = ROUNDS) -> dict[str, Any]:
     """Measure the chains of :func:`chain_cases` on ``backend_id`` and return the
@@ -198,39 +200,24 @@ def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, profiler: 
     dataset in ``dataset_dir`` (``<root>/datasets/kernels/<dataset id>``).
 
     Each config's lengths are measured in ``rounds`` rounds and each keeps its median
-    time (``rounds_ms`` keeps them all). The overhead, reorder and boundary costs
-    subtracted are those training removes,
-    from the dataset's predictor trained without a chain correction. ``on_point`` is
+    time (``rounds_ms`` keeps them all). ``overhead_ms`` and ``single_costs(kernel
+    type, config) -> (reorders ms, boundary ms)`` are what training removes from a
+    single-kernel row before the chain term (the composition terms ahead of it;
+    :meth:`nnmeter.predictors.terms.ChainTerm.measure` passes them). ``on_point`` is
     called with each point as it is measured."""
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors import PredictorSettings, load_predictor
     from nnmeter.predictors.boundary import boundary_elements
     from nnmeter.predictors.dataset import KernelDataset
-    from nnmeter.predictors.layout import LAYOUT_BLOCK
-    from nnmeter.predictors.reorder import single_kernel_reorders_ms
 
-    where = Path(dataset_dir)
-    ds = KernelDataset(where, backend_id)
-    pred = load_predictor(backend_id, dataset=where.name, root=where.parents[2],
-                          settings=PredictorSettings(chain_correction=False))
-    overhead = pred.overhead_ms
-    block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
-    line = pred.meta.get("reorder_cost")
-    curve = pred.meta.get("reorder_curve")
-    edges = pred.meta.get("boundary")  # boundary.json's fit, when training applies it
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    overhead = float(overhead_ms)
 
     def boundary(kt: Any, cfg: Any) -> float:
-        if not edges:
-            return 0.0
-        from nnmeter.predictors.boundary import boundary_cost_ms, boundary_elements
-
-        return boundary_cost_ms(edges, kt.family or kt.name, *boundary_elements(kt, cfg))
+        return single_costs(kt, cfg)[1]
 
     def reorders(kt: Any, cfg: Any) -> float:
-        if not block or not line:
-            return 0.0
-        return single_kernel_reorders_ms(kt, cfg, block, line, curve)
+        return single_costs(kt, cfg)[0]
 
     own = profiler is None
     prof = Profiler(backend_id) if own else profiler
@@ -301,9 +288,9 @@ def _summarise(point: dict[str, Any], overhead: float) -> dict[str, Any]:
 
 
 def _families_of(kernel_type: str) -> tuple[str, ...]:
-    from nnmeter.predictors.train import _family_of
+    from nnmeter.predictors.kernel_data import family_of
 
-    return ("split", "concat") if kernel_type == PAIR_LINK else (_family_of(kernel_type),)
+    return ("split", "concat") if kernel_type == PAIR_LINK else (family_of(kernel_type),)
 
 
 def fit_family_line(points: list[dict[str, Any]]) -> dict[str, float] | None:
@@ -409,8 +396,8 @@ def read_chain(dataset: Any) -> dict[str, Any] | None:
         "run experiments/chain_calibration.py under the measurement lock"))
 
 
-#: removing the excess keeps at least this share of a row's time (a calibration constant
-#: must not wipe out a tiny kernel)
+#: removing the excess keeps at least this share of a row's time (the chain term's
+#: floor, :func:`nnmeter.predictors.composition.remove_floored`)
 FLOOR_SHARE = 0.5
 
 
@@ -421,7 +408,9 @@ def remove_excess(y: Any, excess: Any) -> Any:
     >>> remove_excess(np.array([0.010, 0.002]), 0.0015).tolist()
     [0.0085, 0.001]
     """
-    return np.maximum(y - excess, FLOOR_SHARE * y)
+    from nnmeter.predictors.composition import remove_floored
+
+    return remove_floored(y, excess, keep_share=FLOOR_SHARE)
 
 
 def restored_excess(kernel_ms: float, excess: float) -> float:

@@ -98,6 +98,12 @@ class KernelDataset:
         fid = device.get("fingerprint_id")
         meta = self.meta()
         if meta is None:
+            if "isa" not in device:
+                # the CPU facts composition terms read (vector width, caches); measured
+                # here, on the machine that measures the rows
+                from nnmeter.predictors.facts import local_cpu_facts
+
+                device = {**device, **local_cpu_facts()}
             self.directory.mkdir(parents=True, exist_ok=True)
             (self.directory / self.META).write_text(json.dumps(
                 {"backend_id": self.backend_id, "fingerprint_id": fid, "device": device,

@@ -27,11 +27,13 @@ array([[ 7., 20.,  0.,  4.,  4.,  0.]])
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["model_input", "channel_columns", "MODULI", "BLOCK"]
+__all__ = ["model_input", "channel_columns", "fallback_features", "MODULI", "BLOCK"]
 
 MODULI = (4, 8, 16)
 
@@ -82,3 +84,24 @@ def model_input(feature_names: Sequence[str], X: np.ndarray) -> np.ndarray:
     extra = [np.mod(X[:, i], m) for i in cols for m in MODULI]
     extra.append(np.all(np.mod(X[:, cols], BLOCK) == 0, axis=1).astype(np.float64))
     return np.column_stack([X, *extra])
+
+
+_logger = logging.getLogger(__name__)
+
+
+def fallback_features(kernel_type: Any, config: Any, features: np.ndarray | None = None) -> np.ndarray:
+    """[FLOPs, memory bytes] of a kernel, the input of the fallback regressor.
+
+    Taken from the kernel type's feature vector when it names ``FLOPs``/``bytes``,
+    else from the cost of its single-kernel graph.
+    """
+    names = tuple(getattr(kernel_type, "feature_names", ()))
+    if features is not None and "bytes" in names:
+        flops = float(features[names.index("FLOPs")]) if "FLOPs" in names else 0.0
+        return np.array([flops, float(features[names.index("bytes")])])
+    try:
+        c = kernel_type.cost(config)
+        return np.array([float(c.flops), float(c.memory_bytes)])
+    except Exception as err:  # unbuildable kernels (unknown ops) still get an estimate
+        _logger.debug("no cost for %s: %s", getattr(kernel_type, "name", kernel_type), err)
+        return np.zeros(2)

@@ -46,13 +46,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["BLOCKED_FAMILIES", "CHANNEL_ALIGN", "LAYOUT_BLOCK", "TRANSPARENT_TYPES",
+__all__ = ["BLOCKED_FAMILIES", "CHANNEL_ALIGN", "TRANSPARENT_TYPES",
            "reorder_elements", "model_reorders"]
 
-#: backend id → channel block of its blocked layout on the device its data was measured
-#: on (absent: no reorders). ORT's NCHWc block is the vector width in floats: 16 with
-#: AVX-512, 8 with AVX2.
-LAYOUT_BLOCK = {"ort-cpu": 16}
+# The channel block of ORT's NCHWc layout is the CPU's vector width in floats (16 with
+# AVX-512, 8 with AVX2): a fact of the device, :attr:`DeviceFacts.layout_block`
+# (:mod:`nnmeter.predictors.facts`).
 
 #: a convolution's channels need only be a multiple of this (ORT pads them to the block)
 CHANNEL_ALIGN = 4

@@ -48,15 +48,11 @@ import numpy as np
 
 from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.predictors.absorbed import absorbed_kernels
-from nnmeter.predictors.features import model_input
-from nnmeter.predictors.layout import LAYOUT_BLOCK, model_reorders
-from nnmeter.predictors.reorder import reorder_cost_ms
-from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, refetch_many_ms
-from nnmeter.predictors.weight_stream import stream_floor_ms
+from nnmeter.predictors.composition import Composition, ModelView, TermRow
+from nnmeter.predictors.features import fallback_features, model_input
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
-           "fallback_features", "FALLBACK_KEY"]
+           "fallback_features", "FALLBACK_KEY", "TermRow"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,17 +92,23 @@ class PredictorSettings:
 class KernelRow:
     """One kernel of a report. ``estimated_by`` is ``regressor``, ``family:<f>``,
     ``fallback``, or ``absorbed:<kernel type>`` for a kernel the backend runs inside
-    another one (0 ms of its own)."""
+    another one (0 ms of its own). ``predicted_ms`` is the kernel's time inside the
+    model; ``base_ms`` the estimator's time before the composition terms named in
+    ``terms`` adjusted it (equal when ``terms`` is empty)."""
 
     type: str
     nodes: tuple[str, ...]
     features: tuple[float, ...]
     predicted_ms: float
     estimated_by: str
+    base_ms: float | None = None
+    terms: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"type": self.type, "nodes": list(self.nodes), "features": list(self.features),
-                "predicted_ms": self.predicted_ms, "estimated_by": self.estimated_by}
+                "predicted_ms": self.predicted_ms, "estimated_by": self.estimated_by,
+                "base_ms": self.predicted_ms if self.base_ms is None else self.base_ms,
+                "terms": list(self.terms)}
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class LatencyReport:
     Attributes
     ----------
     total_ms : float
-        Sum of every row's ``predicted_ms`` plus ``overhead_ms``.
+        Sum of every row's ``predicted_ms`` plus every term's ``ms``.
     rows : tuple of KernelRow
         One per kernel, in topological order.
     uncovered : tuple of dict
@@ -129,11 +131,14 @@ class LatencyReport:
         True when the current device's fingerprint differs from ``device``.
     warnings : tuple of str
     overhead_ms : float
-        The runtime's fixed per-inference time, counted once per model.
+        The ``overhead`` term's ms (the runtime's fixed per-inference time).
     layout_ms : float
-        Layout reorders the whole model executes (ORT NCHWc ReorderInput/Output
-        where a blocked tensor meets an op that needs NCHW); included in ``total_ms``.
-        Kernel rows exclude the reorders of their single-kernel measurement.
+        The ``reorders`` and ``edges`` terms' ms together (layout conversions the whole
+        model executes).
+    terms : tuple of TermRow
+        Every composition term of the predictor, in order: what it adds once per model
+        (``ms``, part of ``total_ms``) and what it changed inside the kernel rows
+        (``kernel_ms``, already in their ``predicted_ms``).
     """
 
     total_ms: float
@@ -146,6 +151,7 @@ class LatencyReport:
     model: str = ""
     overhead_ms: float = 0.0
     layout_ms: float = 0.0
+    terms: tuple[TermRow, ...] = ()
 
     def by_type(self) -> dict[str, tuple[int, float]]:
         """Kernel type → (count, summed predicted ms)."""
@@ -158,69 +164,30 @@ class LatencyReport:
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "backend_id": self.backend_id, "total_ms": self.total_ms,
                 "overhead_ms": self.overhead_ms, "layout_ms": self.layout_ms,
+                "terms": [t.as_dict() for t in self.terms],
                 "rows": [r.as_dict() for r in self.rows], "uncovered": list(self.uncovered),
                 "device": self.device, "device_mismatch": self.device_mismatch,
                 "warnings": list(self.warnings)}
 
 
-def fallback_features(kernel_type: Any, config: Any, features: np.ndarray | None = None) -> np.ndarray:
-    """[FLOPs, memory bytes] of a kernel, the input of the fallback regressor.
+class _Batch:
+    """The estimator work of one prediction batch: per estimator key, the distinct
+    kernel rows (feature-cache entries) and their predicted times; ``memo`` holds what
+    composition terms compute once per batch."""
 
-    Taken from the kernel type's feature vector when it names ``FLOPs``/``bytes``,
-    else from the cost of its single-kernel graph.
-    """
-    names = tuple(getattr(kernel_type, "feature_names", ()))
-    if features is not None and "bytes" in names:
-        flops = float(features[names.index("FLOPs")]) if "FLOPs" in names else 0.0
-        return np.array([flops, float(features[names.index("bytes")])])
-    try:
-        c = kernel_type.cost(config)
-        return np.array([float(c.flops), float(c.memory_bytes)])
-    except Exception as err:  # unbuildable kernels (unknown ops) still get an estimate
-        logger.debug("no cost for %s: %s", getattr(kernel_type, "name", kernel_type), err)
-        return np.zeros(2)
+    __slots__ = ("jobs", "hot", "preds", "hows", "memo")
 
-
-def model_edges_ms(graph: Any, kernels: Sequence[Any], fit: dict[str, Any]) -> float:
-    """Edge conversions a whole model pays at its own inputs and outputs, from the fit
-    training removed from every single-kernel row (:mod:`nnmeter.predictors.boundary`):
-    each graph input at the input rate of the family of the kernel that reads it, each
-    output at the output rate of the family of the kernel that writes it, and the fixed
-    part of those two families, half each.
-
-    Examples
-    --------
-    >>> from nnmeter.ir import GraphBuilder
-    >>> from nnmeter.partition import partition
-    >>> from nnmeter.fusion.rules import FusionRules
-    >>> b = GraphBuilder("m", (1, 4, 10, 10))
-    >>> g = b.build([b.relu(b.conv(b.x, 8, 3))])
-    >>> ks = partition(g, FusionRules.from_decisions("x", pairs={("conv", "relu"): True}))
-    >>> fit = {"shared": [0.0, 0.0, 0.0], "families": {"conv": [0.002, 1e-6, 2e-6]}}
-    >>> round(model_edges_ms(g, ks, fit), 6)  # 0.002 + 400 in + 800 out elements
-    0.004
-    """
-    from nnmeter.predictors.boundary import boundary_cost_ms
-
-    owner = {n: k for k in kernels for n in k.nodes}
-    total = 0.0
-    for name in graph.input_names:
-        readers = [owner[r] for r in graph.successors(name) if r in owner]
-        if readers:
-            fam = readers[0].kernel_type.family or readers[0].type
-            n = math.prod(graph.node(name).output_shape)
-            total += boundary_cost_ms(fit, fam, n, 0) - boundary_cost_ms(fit, fam, 0, 0) / 2
-    for ref in graph.outputs:
-        k = owner.get(ref.node)
-        if k is not None:
-            fam = k.kernel_type.family or k.type
-            n = math.prod(graph.shape_of(ref))
-            total += boundary_cost_ms(fit, fam, 0, n) - boundary_cost_ms(fit, fam, 0, 0) / 2
-    return max(total, 0.0)
+    def __init__(self) -> None:
+        self.jobs: dict[str, tuple[list[tuple[Any, ...]], dict[int, int]]] = {}
+        self.hot: dict[str, np.ndarray] = {}
+        self.preds: dict[str, list[float]] = {}
+        self.hows: dict[str, str] = {}
+        self.memo: dict[str, Any] = {}
 
 
 class LatencyPredictor:
-    """Predicts model latency on one backend from per-kernel regressors.
+    """Predicts model latency on one backend from per-kernel regressors and the
+    composition terms (:mod:`nnmeter.predictors.composition`).
 
     Build with :func:`nnmeter.predictors.load_predictor` (cached) or
     :func:`nnmeter.predictors.train.train_predictor`.
@@ -237,49 +204,29 @@ class LatencyPredictor:
         DeviceInfo dict of the kernel data.
     meta : dict, optional
         Provenance (cache key, sample counts, settings).
-    overhead_ms : float
-        The runtime's fixed per-inference time, added once per model; kernel
-        regressors predict net kernel times (see :func:`~nnmeter.predictors.train.train_predictor`).
+    composition : Composition, optional
+        The terms training removed from the kernel rows, applied back in prediction
+        (none: the plain sum of kernels).
     """
 
     def __init__(self, backend_id: str, rules: Any, regressors: dict[str, Any], *,
                  device: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
-                 overhead_ms: float = 0.0) -> None:
+                 composition: Composition | None = None) -> None:
         if FALLBACK_KEY not in regressors:
             raise PredictorError(
                 f"predictor for {backend_id} has no fallback regressor; uncovered kernels "
                 f"would have no estimate. Retrain with train_predictor"
             )
         self.backend_id = backend_id
-        self.overhead_ms = float(overhead_ms)
         self.rules = rules
         self.regressors = dict(regressors)
         self.device = device
         self.meta = dict(meta or {})
-        self._feature_cache: dict[tuple[str, Any], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.composition = composition or Composition()
+        self._feature_cache: dict[tuple[str, Any], tuple[Any, ...]] = {}
         # node names -> [((nodes, outputs), kernels)]
         self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
-        # id(kernel list) -> (that list, layout ms); (type, config, block) -> reorders
-        self._layout_cache: dict[int, tuple[list[Any], float]] = {}
-        self._absorbed_cache: dict[int, tuple[list[Any], dict[int, int]]] = {}
-        self._reorder_memo: dict[Any, tuple[int, int]] = {}
-        cost = self.meta.get("reorder_cost")
-        self._layout_block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0) if cost else 0
-        self._reorder_cost = (float(cost[0]), float(cost[1])) if cost else (0.0, 0.0)
-        # the profiled reorder cost (nnmeter.predictors.reorder), in place of the line
-        self._reorder_curve = self.meta.get("reorder_curve") or None
-        # bytes/ms at which the device streams weights from memory (None: no floor);
-        # see nnmeter.predictors.weight_stream
-        self._stream_rate = float(self.meta.get("weight_stream_bytes_per_ms") or 0.0)
-        # the floor holds for models moving more bytes per inference than this
-        self._stream_llc = float(self.meta.get("weight_stream_llc_bytes") or 0.0)
-        # whether kernels that re-read their weights pay the fetch on top (else every
-        # kernel only gets the streaming floor); per dataset, in weight_stream.json
-        self._stream_refetch = bool(self.meta.get("weight_stream_refetch"))
-        # the edge-conversion fit training removed from every row (boundary.json): a
-        # model pays it once, at its own inputs and outputs
-        self._edges = self.meta.get("boundary") or None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -289,6 +236,13 @@ class LatencyPredictor:
     def kernel_types(self) -> list[str]:
         """Kernel types with a regressor of their own."""
         return sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
+
+    @property
+    def overhead_ms(self) -> float:
+        """The runtime's fixed per-inference time the model pays once (the ``overhead``
+        term; 0 without one)."""
+        term = self.composition.get("overhead")
+        return float(term.overhead_ms) if term is not None else 0.0
 
     # -- internals ----------------------------------------------------------------
     def _family_by_choice(self, ktype_name: str, how: str) -> bool:
@@ -307,23 +261,19 @@ class LatencyPredictor:
             return f"family:{family}"
         return FALLBACK_KEY
 
-    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
-        """(regressor input, fallback input, raw kernel features, time to stream its
-        weights once, whether it reads each weight once), cached per config. The
-        streaming time is :func:`~nnmeter.predictors.weight_stream.stream_floor_ms`
-        (0 without a measured rate or for kernels without weights); see
-        :mod:`nnmeter.predictors.weight_refetch` for how it enters a cold model."""
+    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str]:
+        """(regressor input, fallback input, raw kernel features, weights (parameters;
+        0 for a type without a ``params`` feature), kernel family), cached per config."""
         key = (kernel.type, kernel.config)
         hit = self._feature_cache.get(key)
         if hit is None:
             kt = kernel.kernel_type
             feats = kt.features(kernel.config)
             names = kt.feature_names
-            floor = stream_floor_ms(feats[names.index("params")], self._stream_rate) \
-                if self._stream_rate and "params" in names else 0.0
+            params = float(feats[names.index("params")]) if "params" in names else 0.0
             hit = (model_input(names, feats),
-                   fallback_features(kt, kernel.config, feats), feats, floor,
-                   getattr(kt, "family", "") in STREAMING_FAMILIES)
+                   fallback_features(kt, kernel.config, feats), feats, params,
+                   getattr(kt, "family", ""))
             if len(self._feature_cache) > 200_000:
                 self._feature_cache.clear()
             self._feature_cache[key] = hit
@@ -357,24 +307,24 @@ class LatencyPredictor:
         entries.append((sig, kernels))
         return kernels
 
-    def _estimate(self, kernels_per_graph: Sequence[Sequence[Any]]) -> list[list[tuple[float, str, np.ndarray]]]:
+    def _estimate(self, kernels_per_graph: Sequence[Sequence[Any]]) -> tuple[_Batch, list[list[tuple[Any, ...]]]]:
         """Batch every kernel of every graph by estimator; one predict call per estimator.
 
-        Kernels repeat across a batch (NAS cells share configs): each distinct
-        (type, config) is predicted once. A row's prediction does not depend on the
-        other rows of its batch, so this gives the same numbers as predicting each kernel
-        alone."""
-        # estimator key -> (feature-cache entries, entry id -> row index); the entries are
-        # held so that their ids stay theirs for the whole batch
-        jobs: dict[str, tuple[list[tuple[np.ndarray, ...]], dict[int, int]]] = {}
-        slots: list[list[tuple[str, int, np.ndarray]]] = []
+        Returns the batch and, per graph, its slots ``(estimator key, row index, raw
+        features, bytes the single-kernel model moves)`` in kernel order. Kernels repeat
+        across a batch (NAS cells share configs): each distinct (type, config) is
+        predicted once. A row's prediction does not depend on the other rows of its
+        batch, so this gives the same numbers as predicting each kernel alone."""
+        batch = _Batch()
+        jobs = batch.jobs
+        slots: list[list[tuple[Any, ...]]] = []
         key_of: dict[str, str] = {}
         # graphs of equal structure share one kernel list (see kernels()): read it once
-        slots_of: dict[int, list[tuple[str, int, np.ndarray]]] = {}
+        slots_of: dict[int, list[tuple[Any, ...]]] = {}
         # estimator key -> its job, per kernel type
-        job_of: dict[str, tuple[str, list[tuple[np.ndarray, ...]], dict[int, int]]] = {}
+        job_of: dict[str, tuple[str, list[tuple[Any, ...]], dict[int, int]]] = {}
         cached = self._feature_cache
-        slot_of: dict[tuple[str, int], tuple[str, int, np.ndarray]] = {}
+        slot_of: dict[tuple[str, int], tuple[Any, ...]] = {}
         for kernels in kernels_per_graph:
             row_slots = slots_of.get(id(kernels))
             if row_slots is not None:
@@ -412,78 +362,13 @@ class LatencyPredictor:
                 slot = slot_of[(ktype, id(config))] = (key, i, hit[2], hit[1][1])
                 add_slot(slot)
             slots.append(row_slots)
-        preds: dict[str, list[float]] = {}
-        ys: dict[str, np.ndarray] = {}
         for key, (rows, _) in jobs.items():
             col = 1 if key == FALLBACK_KEY else 0
             X = np.vstack([hit[col] for hit in rows])
-            ys[key] = self.regressors[key].predict(X)
-            preds[key] = ys[key].tolist()
-        # graphs whose memory traffic overflows the last-level cache read their weights
-        # from memory (nnmeter.predictors.weight_stream); only they need the cold times
-        llc = self._stream_llc
-        is_cold: dict[int, bool] = {}
-        for r in slots:  # graphs of one structure share their slot list: once each
-            if id(r) not in is_cold:
-                is_cold[id(r)] = bool(self._stream_rate) and sum(s[3] for s in r) > llc
-        cold: dict[str, list[float]] = {}
-        if any(is_cold.values()):
-            for key, (rows, _) in jobs.items():
-                n = len(rows)
-                cold[key] = refetch_many_ms(
-                    np.maximum(ys[key], 0.0), np.fromiter((hit[3] for hit in rows), float, n),
-                    kernel_bytes=np.fromiter((hit[1][1] for hit in rows), float, n),
-                    llc_bytes=llc,
-                    streams=np.fromiter((hit[4] or not self._stream_refetch for hit in rows),
-                                        bool, n)).tolist()
-        hows = {key: ("regressor" if key.startswith("type:") else key) for key in jobs}
-        out: dict[int, list[tuple[float, str, np.ndarray]]] = {}
-        for row_slots in slots:
-            if id(row_slots) not in out:
-                use = cold if is_cold[id(row_slots)] else preds
-                out[id(row_slots)] = [(use[key][i], hows[key], raw)
-                                      for key, i, raw, _ in row_slots]
-        return [out[id(row_slots)] for row_slots in slots]  # shared lists: read only
-
-    def absorbed(self, graph: Any, kernels: Sequence[Any]) -> dict[int, int]:
-        """{index of a kernel the backend runs inside another: index of that one}
-        (:func:`nnmeter.predictors.absorbed.absorbed_kernels`), memoised per kernel
-        list like :meth:`layout_ms`."""
-        cache = self._absorbed_cache
-        hit = cache.get(id(kernels))
-        if hit is not None and hit[0] is kernels:
-            return hit[1]
-        value = absorbed_kernels(graph, kernels, self.backend_id)
-        if len(cache) > 4096:
-            cache.clear()
-        cache[id(kernels)] = (kernels, value)
-        return value
-
-    def layout_ms(self, graph: Any, kernels: Sequence[Any]) -> float:
-        """Time of the layout reorders and conversions ``graph`` executes as a whole:
-        the reorders of a blocked layout (ORT's NCHWc), and the edge conversions at the
-        model's own inputs and outputs where training removed them from every kernel
-        row (``boundary.json``, OpenVINO). 0 when the predictor models neither."""
-        if not self._layout_block and not self._edges:
-            return 0.0
-        # The partition cache hands back the same kernel list for a graph it has seen,
-        # so the reorders of a repeated graph are looked up rather than recounted.
-        cache = self._layout_cache
-        hit = cache.get(id(kernels))
-        if hit is not None and hit[0] is kernels:
-            return hit[1]
-        value = 0.0
-        if self._layout_block:
-            moved = model_reorders(graph, kernels, self._layout_block, self._reorder_memo,
-                                   absorbed=self.absorbed(graph, kernels))
-            line, curve = self._reorder_cost, self._reorder_curve
-            value += float(sum(reorder_cost_ms(n, line, curve) for n in moved))
-        if self._edges:
-            value += model_edges_ms(graph, kernels, self._edges)
-        if len(cache) > 4096:
-            cache.clear()
-        cache[id(kernels)] = (kernels, value)
-        return value
+            batch.hot[key] = self.regressors[key].predict(X)
+            batch.preds[key] = batch.hot[key].tolist()
+            batch.hows[key] = "regressor" if key.startswith("type:") else key
+        return batch, slots
 
     # -- public -------------------------------------------------------------------
     def predict(self, model: Any, *, check_device: bool = True) -> "LatencyReport":
@@ -496,21 +381,28 @@ class LatencyPredictor:
         """
         graph = _as_graph(model)
         kernels = self.kernels(graph)
-        est = self._estimate([kernels])[0]
-        absorbed = self.absorbed(graph, kernels)
+        batch, all_slots = self._estimate([kernels])
+        slots = all_slots[0]
+        preds = batch.preds
+        base = [preds[s[0]][s[1]] for s in slots]
+        view = ModelView(graph, kernels, list(base), batch=batch, slots=slots)
+        term_ms = self.composition.assemble(view)
+        absorbed = view.absorbed
         rows, uncovered = [], []
-        for j, (k, (ms, how, feats)) in enumerate(zip(kernels, est)):
+        for j, (k, s) in enumerate(zip(kernels, slots)):
+            ms, how, feats = view.ms[j], batch.hows[s[0]], s[2]
+            used = tuple(view.adjusted.get(j, ()))
             if j in absorbed:  # runs inside another kernel: no time of its own
-                rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()),
-                                      0.0, f"absorbed:{kernels[absorbed[j]].type}"))
+                rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()), ms,
+                                      f"absorbed:{kernels[absorbed[j]].type}", base[j], used))
                 continue
             if not (math.isfinite(ms) and ms > 0):
                 raise PredictorError(
                     f"kernel {k.type} over {list(k.nodes)} got estimate {ms} ms from {how}; "
                     f"every kernel must get a positive time. Retrain the predictor"
                 )
-            rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()),
-                                  ms, how))
+            rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()), ms, how,
+                                  base[j], used))
             if how != "regressor" and not self._family_by_choice(k.type, how):
                 uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
                                   "predicted_ms": ms})
@@ -526,10 +418,17 @@ class LatencyPredictor:
             warnings.append(f"{len(uncovered)} kernel(s) had no regressor of their own type "
                             f"and were estimated by a family regressor or the FLOPs/bytes "
                             f"fallback")
-        layout = self.layout_ms(graph, kernels)
+        terms = tuple(
+            TermRow(t.name, t.label, ms, view.deltas.get(t.name, 0.0),
+                    sum(1 for used in view.adjusted.values() if t.name in used))
+            for t, ms in zip(self.composition.terms, term_ms))
+        total = float(sum(r.predicted_ms for r in rows))
+        for ms in term_ms:
+            total += ms
+        named = dict(zip(self.composition.names, term_ms))
         return LatencyReport(
-            total_ms=float(sum(r.predicted_ms for r in rows)) + self.overhead_ms + layout,
-            rows=tuple(rows), overhead_ms=self.overhead_ms, layout_ms=layout,
+            total_ms=total, rows=tuple(rows), overhead_ms=named.get("overhead", 0.0),
+            layout_ms=named.get("reorders", 0.0) + named.get("edges", 0.0), terms=terms,
             uncovered=tuple(uncovered), backend_id=self.backend_id, device=self.device,
             device_mismatch=mismatch, warnings=tuple(warnings),
             model=getattr(graph, "name", ""),
@@ -546,13 +445,22 @@ class LatencyPredictor:
         gc.disable()
         try:
             kernels = [self.kernels(g) for g in graphs]
-            est = self._estimate(kernels)
+            batch, slots = self._estimate(kernels)
+            preds, assemble = batch.preds, self.composition.assemble
+            # graphs of one structure share their kernel and slot lists: one total each
+            done: dict[int, float] = {}
             out = []
-            for g, ks, e in zip(graphs, kernels, est):
-                absorbed = self.absorbed(g, ks)
-                total = float(sum(ms for ms, _, _ in e)) if not absorbed else float(
-                    sum(ms for j, (ms, _, _) in enumerate(e) if j not in absorbed))
-                out.append(total + self.overhead_ms + self.layout_ms(g, ks))
+            for g, ks, sl in zip(graphs, kernels, slots):
+                total = done.get(id(sl))
+                if total is None:
+                    view = ModelView(g, ks, [preds[s[0]][s[1]] for s in sl], batch=batch,
+                                     slots=sl, track=False)
+                    term_ms = assemble(view)
+                    total = float(sum(view.ms))
+                    for ms in term_ms:
+                        total += ms
+                    done[id(sl)] = total
+                out.append(total)
             return out
         finally:
             if collecting:

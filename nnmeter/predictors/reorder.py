@@ -126,13 +126,20 @@ def _curve_ms(curve: dict[str, Any], elements: float) -> float:
     return float(math.exp(np.interp(x, kx, ky)))
 
 
+def _dataset_block(dataset: Any) -> int:
+    """The blocked layout's channel block on the device that measured ``dataset``."""
+    from nnmeter.predictors.facts import device_facts
+
+    return device_facts((dataset.meta() or {}).get("device")).layout_block
+
+
 def _calibration_rows(dataset: Any, per_type: int) -> list[tuple[str, dict[str, Any]]]:
     """Per blocked kernel type, ``per_type`` rows spread evenly over the elements its
     single-kernel model reorders (deterministic for the data)."""
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.layout import BLOCKED_FAMILIES, LAYOUT_BLOCK, reorder_elements
+    from nnmeter.predictors.layout import BLOCKED_FAMILIES, reorder_elements
 
-    block = LAYOUT_BLOCK.get(dataset.backend_id.split("@")[0], 0)
+    block = _dataset_block(dataset)
     out = []
     for t in dataset.kernel_types():
         if t not in KERNEL_TYPES or KERNEL_TYPES.get(t).family not in BLOCKED_FAMILIES:
@@ -167,10 +174,10 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors.dataset import KernelDataset
-    from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
+    from nnmeter.predictors.layout import reorder_elements
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
-    block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
+    block = _dataset_block(ds)
     points: list[list[Any]] = []
     chosen = _calibration_rows(ds, per_type)
     if not chosen:

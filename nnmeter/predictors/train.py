@@ -10,118 +10,27 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import DatasetError, PredictorError
+from nnmeter.errors import DatasetError
+from nnmeter.predictors.composition import Composition, fit_context
 from nnmeter.predictors.dataset import KernelDataset
-from nnmeter.predictors.features import model_input
-from nnmeter.predictors.layout import BLOCKED_FAMILIES, LAYOUT_BLOCK, reorder_elements
-from nnmeter.predictors.model import (
-    FALLBACK_KEY, LatencyPredictor, PredictorSettings, fallback_features,
-)
+from nnmeter.predictors.kernel_data import KernelData, family_of, load_kernel_data
+from nnmeter.predictors.model import FALLBACK_KEY, LatencyPredictor, PredictorSettings
 from nnmeter.predictors.regressors import LinearKernelRegressor, make_regressor
+from nnmeter.predictors.terms import TERMS
 
 __all__ = ["load_kernel_data", "train_predictor", "KernelData", "work_feature",
-           "choose_regressors", "CHOICE_FILE", "LAYOUT_BLOCK", "reorder_elements",
-           "fit_reorder_cost"]
-
-#: share of the smallest measured kernel time taken as the per-inference overhead
-OVERHEAD_SHARE = 0.9
+           "choose_regressors", "CHOICE_FILE"]
 
 #: per-dataset file with the regressor chosen for each kernel type (part of the settings)
 CHOICE_FILE = "predictor.json"
 
-#: a reorder is one node that reads and writes every element once, like this kernel
-_REORDER_PROXY = "relu"
-
 logger = logging.getLogger(__name__)
-
-
-class KernelData:
-    """Configs, features and latencies of one kernel type, loaded from a dataset."""
-
-    def __init__(self, kernel_type: str, configs: list[Any], X: np.ndarray, y: np.ndarray,
-                 fb: np.ndarray, origins: list[str]) -> None:
-        self.kernel_type = kernel_type
-        self.configs = configs
-        self.X = X
-        self.y = y
-        self.fb = fb
-        self.origins = origins
-        self._io: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def io_elements(self) -> np.ndarray:
-        """(rows, 2) input and output elements of each row's single-kernel model
-        (:func:`~nnmeter.predictors.boundary.boundary_elements`), computed once."""
-        if self._io is None:
-            from nnmeter.kernels import KERNEL_TYPES
-            from nnmeter.predictors.boundary import boundary_elements
-
-            kt = KERNEL_TYPES.get(self.kernel_type)
-            self._io = np.array([boundary_elements(kt, c) for c in self.configs],
-                                dtype=np.float64).reshape(-1, 2)
-        return self._io
-
-    def subset(self, mask: np.ndarray) -> "KernelData":
-        """The rows where ``mask`` is true."""
-        idx = np.flatnonzero(mask)
-        return KernelData(self.kernel_type, [self.configs[i] for i in idx], self.X[idx],
-                          self.y[idx], self.fb[idx], [self.origins[i] for i in idx])
-
-
-def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
-    """Rows of ``kernel_type`` with valid latencies; ``X`` is the regressor input
-    (:func:`~nnmeter.predictors.features.model_input` of the recomputed features)."""
-    from nnmeter.kernels import KERNEL_TYPES
-
-    try:
-        kt = KERNEL_TYPES.get(kernel_type)
-    except KeyError:
-        logger.warning("dataset %s has rows for unknown kernel type %r; skipped",
-                       dataset.directory, kernel_type)
-        return None
-    configs, X, y, fb, origins = [], [], [], [], []
-    for row in dataset.rows(kernel_type):
-        lat = row.get("latency_ms")
-        if lat is None or not math.isfinite(lat) or lat <= 0:
-            continue
-        try:
-            cfg = kt.config_from_dict(row["config"])
-        except (TypeError, KeyError) as err:
-            raise DatasetError(f"{dataset.path(kernel_type)}: bad config {row.get('config')}: "
-                               f"{err}") from err
-        feats = kt.features(cfg)
-        configs.append(cfg)
-        X.append(model_input(kt.feature_names, feats))
-        fb.append(fallback_features(kt, cfg, feats))
-        y.append(float(lat))
-        origins.append(str(row.get("origin", "initial")))
-    if not y:
-        return None
-    return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
-
-
-def fit_reorder_cost(data: dict[str, "KernelData"]) -> tuple[float, float] | None:
-    """(fixed ms, ms per element) of one layout reorder, from kernel measurements.
-
-    A reorder is one node that reads and writes every element once, like ``relu``:
-    a straight-line fit of ``relu``'s net times (overhead removed) against elements.
-    (A transpose-like slope from ``channelshuffle`` was tried and over-subtracted on
-    large tensors.) None when ``relu`` has fewer than 5 measurements.
-    """
-    d = data.get(_REORDER_PROXY)
-    if d is None or len(d) < 5:
-        return None
-    x = np.asarray([float(c.cin * c.h * c.w) for c in d.configs])
-    slope, fixed = np.polyfit(x, np.asarray(d.y, dtype=np.float64), 1)
-    return max(float(fixed), 0.0), max(float(slope), 0.0)
 
 
 def work_feature(kernel_type: Any) -> int | None:
@@ -135,12 +44,16 @@ def work_feature(kernel_type: Any) -> int | None:
 
 def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
                     settings: PredictorSettings | None = None, *,
-                    keep: Callable[[str, Any, str], bool] | None = None) -> LatencyPredictor:
+                    keep: Callable[[str, Any, str], bool] | None = None,
+                    terms: Sequence[str] | None = None,
+                    force: Sequence[str] = ()) -> LatencyPredictor:
     """Train every regressor of a predictor from the dataset in ``dataset_dir``.
 
     ``keep(kernel_type, config, origin)``, when given, selects the rows to train on
     (``experiments/kernel_accuracy.py`` holds the test configs out this way); the
-    calibrations are used as they are.
+    calibrations are used as they are. ``terms`` selects the composition terms by name
+    (default: every registered one); ``force`` names terms applied even where their
+    record says not to (``"apply": false``), for experiments that compare.
 
     Raises
     ------
@@ -151,57 +64,14 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
 
     settings = settings or PredictorSettings()
     ds = KernelDataset(Path(dataset_dir), backend_id)
-    data: dict[str, KernelData] = {}
-    for t in ds.kernel_types():
-        d = load_kernel_data(ds, t)
-        if d is not None and keep is not None:
-            mask = np.array([keep(t, c, o) for c, o in zip(d.configs, d.origins)], dtype=bool)
-            d = d.subset(mask) if mask.any() else None
-        if d is not None:
-            data[t] = d
-    if not data:
-        raise PredictorError(
-            f"no kernel measurements for {backend_id} in {dataset_dir}; build them with "
-            f"`nnmeter build --backend {backend_id}`"
-        )
+    ctx = fit_context(backend_id, ds, settings, keep=keep, force=force)
+    data = ctx.data
     regressors: dict[str, Any] = {}
     counts: dict[str, int] = {}
-    # Every single-kernel measurement includes the runtime's fixed per-inference cost
-    # (session run, input binding): about the time of the tiniest kernel. Summing
-    # kernels would count it once per kernel; learn net kernel times instead and add it
-    # once per model.
-    overhead_ms = OVERHEAD_SHARE * float(min(d.y.min() for d in data.values()))
-    for d in data.values():
-        d.y = d.y - overhead_ms
-    from nnmeter.predictors.reorder import read_reorders
-
-    curve = read_reorders(ds) if LAYOUT_BLOCK.get(backend_id.split("@")[0]) else None
-    reorder = _remove_reorders(backend_id, data, curve)
-    # layout/precision conversions at a single-kernel model's edges, measured on the
-    # device by the backend's own profiler (<dataset>/boundary.json, when present)
-    from nnmeter.predictors.boundary import remove_boundary
-
-    boundary = remove_boundary(ds, data)
-    # what a single-kernel model costs beyond its kernel's in-model time once the
-    # overhead and reorders are off, measured with chains of kernels (chain_excess.json)
-    from nnmeter.predictors.chain import chain_excess_ms, read_chain, remove_excess
-
-    chain = read_chain(ds) if settings.chain_correction else None
-    excess = chain_excess_ms(chain)
-    for t, d in data.items():
-        fam = _family_of(t)
-        if chain and (chain.get("size") or fam in (chain.get("family_lines") or {})):
-            ex: Any = np.array([chain_excess_ms(chain, fam, n)
-                                for n in d.io_elements().sum(axis=1)])
-        else:
-            ex = chain_excess_ms(chain, fam)
-        if np.any(ex):
-            d.y = remove_excess(d.y, ex)
-    # the rate at which this device streams weights from memory: inside a model no
-    # kernel runs faster than reading its weights once (<dataset>/weight_stream.json)
-    from nnmeter.predictors.weight_stream import read_weight_stream
-
-    stream = read_weight_stream(ds)
+    # what whole models do that single-kernel measurements do not (overhead, reorders,
+    # edges, chain excess...): each term removes its share from the rows, in order, and
+    # the predictor applies the same terms back (nnmeter.predictors.composition)
+    composition = Composition.fit(ctx, TERMS, names=terms)
 
     chosen = _read_choice(ds)
     # types whose family regressor beat their own on held-out rows (choose_regressors)
@@ -219,7 +89,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         counts[t] = len(d)
         if len(d) >= settings.min_type_samples and t not in use_family:
             regressors[f"type:{t}"] = fit(t, t, d.X, d.y)
-        families.setdefault(_family_of(t), []).append(d)
+        families.setdefault(family_of(t), []).append(d)
     for fam, members in sorted(families.items()):
         widths = {m.X.shape[1] for m in members}
         n = sum(len(m) for m in members)
@@ -238,50 +108,10 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
         fbX, fby)
     meta = ds.meta() or {}
     return LatencyPredictor(
-        backend_id, rules, regressors, device=meta.get("device"),
-        overhead_ms=overhead_ms,
-        meta={"samples": counts, "settings": settings.as_dict(), "overhead_ms": overhead_ms,
-              "reorder_cost": reorder, "reorder_curve": curve if reorder else None,
-              "boundary": boundary, "chain_excess_ms": excess,
-              "chain_excess_families": dict((chain or {}).get("families") or {}),
-              "chain_excess_size": (chain or {}).get("size"),
-              "chain_excess_lines": dict((chain or {}).get("family_lines") or {}),
-              "weight_stream_bytes_per_ms": stream["bytes_per_ms"] if stream else None,
-              "weight_stream_llc_bytes": stream.get("llc_bytes") if stream else None,
-              "weight_stream_refetch": bool(stream.get("refetch")) if stream else False,
+        backend_id, rules, regressors, device=meta.get("device"), composition=composition,
+        meta={"samples": counts, "settings": settings.as_dict(),
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
-
-
-def _remove_reorders(backend_id: str, data: dict[str, KernelData],
-                     curve: dict[str, Any] | None = None) -> list[float] | None:
-    """Subtract the single-kernel layout reorders from the blocked kernels' net times
-    (in place; never below a quarter of the time). A reorder costs ``curve``'s time
-    (profiled on the device, :mod:`nnmeter.predictors.reorder`) when given, else the
-    relu line. Returns the relu line (the fallback the predictor keeps)."""
-    from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.reorder import single_kernel_reorders_ms
-
-    block = LAYOUT_BLOCK.get(backend_id.split("@")[0], 0)
-    fit = fit_reorder_cost(data) if block else None
-    if fit is None:
-        return None
-    fixed, per_elem = fit
-    for t, d in data.items():
-        kt = KERNEL_TYPES.get(t)
-        if getattr(kt, "family", "") not in BLOCKED_FAMILIES:
-            continue
-        sub = np.array([single_kernel_reorders_ms(kt, cfg, block, (fixed, per_elem), curve)
-                        for cfg in d.configs])
-        d.y = np.maximum(d.y - sub, 0.25 * d.y)
-    return [fixed, per_elem]
-
-
-def _family_of(kernel_type: str) -> str:
-    """The family a kernel type's rows pool into (``conv`` for ``conv-bn-relu``)."""
-    from nnmeter.kernels import KERNEL_TYPES
-
-    return getattr(KERNEL_TYPES.get(kernel_type), "family", "") or kernel_type
 
 
 def _read_choice(ds: KernelDataset, key: str = "regressor") -> dict[str, str]:
@@ -347,7 +177,7 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
             choice[t] = best
     families: dict[str, list[str]] = {}
     for t in data:
-        families.setdefault(_family_of(t), []).append(t)
+        families.setdefault(family_of(t), []).append(t)
     for fam, members in sorted(families.items()):
         if len(members) < 2:
             continue

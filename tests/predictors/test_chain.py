@@ -43,10 +43,10 @@ def test_training_subtracts_the_excess_from_every_kernel(data_dir, tmp_path):
                                             "excess_ms": 0.001}))
     assert read_chain(ds)["excess_ms"] == 0.001
     pred = train_predictor("ort-cpu", d, RULES)
-    assert pred.meta["chain_excess_ms"] == 0.001
+    assert pred.composition.get("chain").excess_ms() == 0.001
     assert pred.predict(g, check_device=False).total_ms < base
     off = train_predictor("ort-cpu", d, RULES, PredictorSettings(chain_correction=False))
-    assert off.meta["chain_excess_ms"] == 0.0
+    assert off.composition.get("chain") is None
     assert off.predict(g, check_device=False).total_ms == pytest.approx(base)
     (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": "other", "excess_ms": 0.001}))
     with pytest.raises(FingerprintMismatchError):
@@ -70,13 +70,16 @@ def test_measure_chain_with_a_linear_cost_profiler(conv_bn_relu_dir, linear_cost
     import statistics
 
     from nnmeter.predictors.chain import (COMPUTE_TYPES, LENGTHS, PAIR_LINK, ROUNDS,
-                                          chain_cases, fit_size_excess, measure_chain,
+                                          chain_cases, fit_size_excess,
                                           merge_chain)
 
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
     seen = []
-    rec = measure_chain("ort-cpu", conv_bn_relu_dir, profiler=linear_cost_profiler,
-                        on_point=seen.append)
+    from nnmeter.predictors.terms import ChainTerm, composition_before
+
+    rec = ChainTerm.measure("ort-cpu", conv_bn_relu_dir, profiler=linear_cost_profiler,
+                            on_point=seen.append,
+                            before=composition_before("ort-cpu", conv_bn_relu_dir, "chain"))
     assert len(rec["points"]) == len(chain_cases()) == len(seen)
     assert rec["lengths"] == list(LENGTHS)
     for p in rec["points"]:
@@ -130,7 +133,7 @@ def test_the_size_term_subtracts_more_from_larger_models(data_dir, tmp_path):
         (d / CHAIN_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
                                                 "excess_ms": 0.0, "size": size}))
         pred = train_predictor("ort-cpu", d, RULES)
-        assert pred.meta["chain_excess_size"] == size
+        assert pred.composition.get("chain").record["size"] == size
         return pred.predict(g, check_device=False).total_ms
 
     none = total(None)

@@ -9,7 +9,8 @@ from nnmeter.ir import GraphBuilder
 from nnmeter.kernels import KERNEL_TYPES
 from nnmeter.partition import partition
 from nnmeter.predictors.layout import model_reorders, reorder_elements
-from nnmeter.predictors.train import KernelData, fit_reorder_cost
+from nnmeter.predictors.kernel_data import KernelData
+from nnmeter.predictors.terms.reorders import fit_reorder_cost
 
 RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nnmeter.kernels import KERNEL_TYPES
-from nnmeter.predictors.layout import LAYOUT_BLOCK, reorder_elements
+from nnmeter.predictors.facts import device_facts, local_cpu_facts
+from nnmeter.predictors.layout import reorder_elements
 
 CASES = [
     ("conv-bn-relu", dict(h=14, w=14, cin=24, cout=58, kernel=1)),  # any cout
@@ -42,7 +43,8 @@ def test_blocked_kernels_and_input_reorders_match_ort():
         pytest.skip("the rules are those of an AVX-512 CPU (16-float NCHWc block)")
     from nnmeter.backends import Profiler
 
-    block = LAYOUT_BLOCK["ort-cpu"]
+    block = device_facts({"runtime": "onnxruntime", **local_cpu_facts()}).layout_block
+    assert block == 16
     with Profiler("ort-cpu") as prof:
         for name, cfg in CASES:
             kt = KERNEL_TYPES.get(name)

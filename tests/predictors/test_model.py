@@ -20,7 +20,7 @@ RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn"
 
 
 class _Fake:
-    device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="fake", runtime_version="1",
+    device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="onnxruntime", runtime_version="1",
                         settings={"threads": 1})
 
     def measure(self, graph, on_error="record", **protocol):
@@ -146,9 +146,13 @@ def test_edge_conversions_are_paid_once_per_model(predictor):
     # a predictor whose training removed edge conversions (boundary.json) adds them back
     # once, at the model's own input and output, in predict and predict_many alike
     fit = {"shared": [0.0, 0.0, 0.0], "families": {"conv": [0.002, 1e-6, 2e-6]}}
+    from nnmeter.predictors.composition import Composition
+    from nnmeter.predictors.terms import EdgesTerm
+
     edged = LatencyPredictor(predictor.backend_id, predictor.rules, predictor.regressors,
-                             device=predictor.device, overhead_ms=predictor.overhead_ms,
-                             meta={**predictor.meta, "boundary": fit})
+                             device=predictor.device, meta=predictor.meta,
+                             composition=Composition((*predictor.composition.terms,
+                                                      EdgesTerm(fit))))
     g = _model()
     base = predictor.predict(g, check_device=False)
     rep = edged.predict(g, check_device=False)

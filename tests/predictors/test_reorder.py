@@ -83,14 +83,14 @@ def test_training_subtracts_the_steeper_reorders_of_large_kernels(tmp_path,
     b = GraphBuilder("m", (1, 128, 224, 224))
     g = b.build([b.relu(b.bn(b.conv(b.x, 128, 1)))])
     line = train_predictor("ort-cpu", d, rules)
-    assert line.meta["reorder_curve"] is None
+    assert line.composition.get("reorders").curve is None
     # past the caches a reorder costs 3x its in-cache rate per element
     pts = [(n, 1e-7 * n) for n in (60_000, 200_000, 900_000)]
     pts += [(n, 3e-7 * n) for n in (3_000_000, 6_400_000, 12_000_000)]
     write_reorders(d, {"fingerprint_id": KernelDataset(d, "ort-cpu").fingerprint_id,
                        "curve": fit_reorder_curve(pts, bins=6), "points": pts})
     steep = train_predictor("ort-cpu", d, rules)
-    assert steep.meta["reorder_curve"]["log_elements"]
+    assert steep.composition.get("reorders").curve["log_elements"]
     conv_line = line.predict(g, check_device=False).rows[0].predicted_ms
     conv_steep = steep.predict(g, check_device=False).rows[0].predicted_ms
     assert conv_steep < conv_line  # more of its single-kernel time was reorders

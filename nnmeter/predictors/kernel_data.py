@@ -1,0 +1,108 @@
+"""Kernel data for training: the configs, features and measured times of one kernel
+type, loaded from a dataset (the rows every composition term and regressor sees).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import DatasetError
+from nnmeter.predictors.dataset import KernelDataset
+from nnmeter.predictors.features import fallback_features, model_input
+
+__all__ = ["KernelData", "load_kernel_data", "load_all_kernel_data", "family_of"]
+
+logger = logging.getLogger(__name__)
+
+
+class KernelData:
+    """Configs, features and latencies of one kernel type, loaded from a dataset."""
+
+    def __init__(self, kernel_type: str, configs: list[Any], X: np.ndarray, y: np.ndarray,
+                 fb: np.ndarray, origins: list[str]) -> None:
+        self.kernel_type = kernel_type
+        self.configs = configs
+        self.X = X
+        self.y = y
+        self.fb = fb
+        self.origins = origins
+        self._io: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def io_elements(self) -> np.ndarray:
+        """(rows, 2) input and output elements of each row's single-kernel model
+        (:func:`~nnmeter.predictors.boundary.boundary_elements`), computed once."""
+        if self._io is None:
+            from nnmeter.kernels import KERNEL_TYPES
+            from nnmeter.predictors.boundary import boundary_elements
+
+            kt = KERNEL_TYPES.get(self.kernel_type)
+            self._io = np.array([boundary_elements(kt, c) for c in self.configs],
+                                dtype=np.float64).reshape(-1, 2)
+        return self._io
+
+    def subset(self, mask: np.ndarray) -> "KernelData":
+        """The rows where ``mask`` is true."""
+        idx = np.flatnonzero(mask)
+        return KernelData(self.kernel_type, [self.configs[i] for i in idx], self.X[idx],
+                          self.y[idx], self.fb[idx], [self.origins[i] for i in idx])
+
+
+def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
+    """Rows of ``kernel_type`` with valid latencies; ``X`` is the regressor input
+    (:func:`~nnmeter.predictors.features.model_input` of the recomputed features)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    try:
+        kt = KERNEL_TYPES.get(kernel_type)
+    except KeyError:
+        logger.warning("dataset %s has rows for unknown kernel type %r; skipped",
+                       dataset.directory, kernel_type)
+        return None
+    configs, X, y, fb, origins = [], [], [], [], []
+    for row in dataset.rows(kernel_type):
+        lat = row.get("latency_ms")
+        if lat is None or not math.isfinite(lat) or lat <= 0:
+            continue
+        try:
+            cfg = kt.config_from_dict(row["config"])
+        except (TypeError, KeyError) as err:
+            raise DatasetError(f"{dataset.path(kernel_type)}: bad config {row.get('config')}: "
+                               f"{err}") from err
+        feats = kt.features(cfg)
+        configs.append(cfg)
+        X.append(model_input(kt.feature_names, feats))
+        fb.append(fallback_features(kt, cfg, feats))
+        y.append(float(lat))
+        origins.append(str(row.get("origin", "initial")))
+    if not y:
+        return None
+    return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
+
+
+def family_of(kernel_type: str) -> str:
+    """The family a kernel type's rows pool into (``conv`` for ``conv-bn-relu``)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    return getattr(KERNEL_TYPES.get(kernel_type), "family", "") or kernel_type
+
+
+def load_all_kernel_data(dataset: KernelDataset, keep: Any = None) -> dict[str, KernelData]:
+    """Every kernel type's :class:`KernelData` in ``dataset`` (types without usable rows
+    left out). ``keep(kernel_type, config, origin)``, when given, selects the rows."""
+    data: dict[str, KernelData] = {}
+    for t in dataset.kernel_types():
+        d = load_kernel_data(dataset, t)
+        if d is not None and keep is not None:
+            mask = np.array([keep(t, c, o) for c, o in zip(d.configs, d.origins)], dtype=bool)
+            d = d.subset(mask) if mask.any() else None
+        if d is not None:
+            data[t] = d
+    return data
+

@@ -1,0 +1,110 @@
+"""Edge conversions: the layout/precision conversions a single-kernel model pays at its
+own edges (OpenVINO's input and output ``Reorder``), which a whole model pays only at
+its inputs and outputs (:mod:`nnmeter.predictors.boundary` measures them)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from nnmeter.predictors.composition import FitContext, ModelView, Term, remove_floored
+from nnmeter.predictors.facts import DeviceFacts
+
+__all__ = ["EdgesTerm", "model_edges_ms"]
+
+
+def model_edges_ms(graph: Any, kernels: Sequence[Any], fit: dict[str, Any]) -> float:
+    """Edge conversions a whole model pays at its own inputs and outputs, from the fit
+    training removed from every single-kernel row: each graph input at the input rate of
+    the family of the kernel that reads it, each output at the output rate of the
+    family of the kernel that writes it, and the fixed part of those two families,
+    half each.
+
+    Examples
+    --------
+    >>> from nnmeter.ir import GraphBuilder
+    >>> from nnmeter.partition import partition
+    >>> from nnmeter.fusion.rules import FusionRules
+    >>> b = GraphBuilder("m", (1, 4, 10, 10))
+    >>> g = b.build([b.relu(b.conv(b.x, 8, 3))])
+    >>> ks = partition(g, FusionRules.from_decisions("x", pairs={("conv", "relu"): True}))
+    >>> fit = {"shared": [0.0, 0.0, 0.0], "families": {"conv": [0.002, 1e-6, 2e-6]}}
+    >>> round(model_edges_ms(g, ks, fit), 6)  # 0.002 + 400 in + 800 out elements
+    0.004
+    """
+    from nnmeter.predictors.boundary import boundary_cost_ms
+
+    owner = {n: k for k in kernels for n in k.nodes}
+    total = 0.0
+    for name in graph.input_names:
+        readers = [owner[r] for r in graph.successors(name) if r in owner]
+        if readers:
+            fam = readers[0].kernel_type.family or readers[0].type
+            n = math.prod(graph.node(name).output_shape)
+            total += boundary_cost_ms(fit, fam, n, 0) - boundary_cost_ms(fit, fam, 0, 0) / 2
+    for ref in graph.outputs:
+        k = owner.get(ref.node)
+        if k is not None:
+            fam = k.kernel_type.family or k.type
+            n = math.prod(graph.shape_of(ref))
+            total += boundary_cost_ms(fit, fam, 0, n) - boundary_cost_ms(fit, fam, 0, 0) / 2
+    return max(total, 0.0)
+
+
+@dataclass(frozen=True)
+class EdgesTerm(Term):
+    """``coefficients``: the boundary fit (``shared`` and per-family [fixed ms, ms per input
+    element, ms per output element]) of ``boundary.json``."""
+
+    coefficients: dict[str, Any]
+
+    name: ClassVar[str] = "edges"
+    label: ClassVar[str] = "edge conversions (model inputs and outputs)"
+    record_file: ClassVar[str | None] = "boundary.json"
+    calibration: ClassVar[str] = "the boundary cost of single-kernel models"
+    keep_share: ClassVar[float] = 0.25
+
+    @classmethod
+    def wanted(cls, facts: DeviceFacts) -> bool:
+        return facts.edge_conversions
+
+    @classmethod
+    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None) -> dict[str, Any]:
+        from nnmeter.predictors.boundary import measure_boundary
+
+        return measure_boundary(backend_id, dataset_dir)
+
+    @classmethod
+    def fit(cls, ctx: FitContext) -> "EdgesTerm | None":
+        from nnmeter.predictors.boundary import read_boundary
+
+        record = read_boundary(ctx.dataset)
+        # a record kept with "apply": false made whole-model predictions worse
+        if record is None or not record["fit"] or (
+                record.get("apply", True) is False and cls.name not in ctx.force):
+            return None
+        return cls(record["fit"])
+
+    def single_kernel_ms(self, kernel_type: Any, config: Any) -> float:
+        """The edge conversions a single-kernel model of ``config`` pays (ms)."""
+        from nnmeter.predictors.boundary import boundary_cost_ms, boundary_elements
+
+        return boundary_cost_ms(self.coefficients, kernel_type.family or kernel_type.name,
+                                *boundary_elements(kernel_type, config))
+
+    def remove(self, data: dict[str, Any]) -> None:
+        from nnmeter.kernels import KERNEL_TYPES
+        from nnmeter.predictors.boundary import boundary_cost_ms
+
+        for t, d in data.items():
+            family = KERNEL_TYPES.get(t).family or t
+            sub = np.array([boundary_cost_ms(self.coefficients, family, n_in, n_out)
+                            for n_in, n_out in d.io_elements()])
+            d.y = remove_floored(d.y, sub, keep_share=self.keep_share)
+
+    def model_ms(self, view: ModelView) -> float:
+        return self.memo(view, lambda: model_edges_ms(view.graph, view.kernels, self.coefficients))

@@ -1,0 +1,90 @@
+"""Weights refetched from memory in models that overflow the last-level cache.
+
+Single-kernel measurements time a kernel with its weights hot; in a model that moves
+more bytes per inference than the last-level cache holds, they come from memory once
+per inference (:mod:`nnmeter.predictors.weight_stream` measures the rate,
+:mod:`nnmeter.predictors.weight_refetch` says what each kernel then takes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from nnmeter.predictors.composition import FitContext, ModelView, Term
+from nnmeter.predictors.facts import DeviceFacts
+
+__all__ = ["RefetchTerm"]
+
+
+@dataclass(frozen=True)
+class RefetchTerm(Term):
+    """``bytes_per_ms``: the device's weight streaming rate; ``llc_bytes``: its
+    last-level cache; ``refetch``: kernels that re-read their weights pay the fetch on
+    top of their hot time (else they only get the streaming floor)."""
+
+    bytes_per_ms: float
+    llc_bytes: float
+    refetch: bool
+
+    name: ClassVar[str] = "weight_refetch"
+    label: ClassVar[str] = "weights refetched past the last-level cache"
+    record_file: ClassVar[str | None] = "weight_stream.json"
+    calibration: ClassVar[str] = "the weight streaming rate"
+
+    @classmethod
+    def _module(cls) -> Any:
+        from nnmeter.predictors import weight_stream
+
+        return weight_stream
+
+    @classmethod
+    def wanted(cls, facts: DeviceFacts) -> bool:
+        return True
+
+    @classmethod
+    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None) -> dict[str, Any]:
+        return cls._module().measure_weight_stream(backend_id, dataset_dir)
+
+    @classmethod
+    def fit(cls, ctx: FitContext) -> "RefetchTerm | None":
+        stream = cls._module().read_weight_stream(ctx.dataset)
+        if not stream or not stream.get("bytes_per_ms"):
+            return None
+        # the cache the rate was measured against (else the device record's)
+        llc = stream.get("llc_bytes")
+        if llc is None:
+            llc = ctx.facts.llc_bytes or 0.0
+        return cls(float(stream["bytes_per_ms"]), float(llc), bool(stream.get("refetch")))
+
+    def _cold(self, batch: Any) -> dict[str, list[float]]:
+        """Every batch row's time inside a cold model, per estimator key (once a batch)."""
+        hit = batch.memo.get(self.name)
+        if hit is None:
+            from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, refetch_many_ms
+            from nnmeter.predictors.weight_stream import WEIGHT_BYTES
+
+            hit = batch.memo[self.name] = {}
+            for key, (rows, _) in batch.jobs.items():
+                n = len(rows)
+                params = np.fromiter((r[3] for r in rows), float, n)
+                hit[key] = refetch_many_ms(
+                    np.maximum(batch.hot[key], 0.0), params * WEIGHT_BYTES / self.bytes_per_ms,
+                    kernel_bytes=np.fromiter((r[1][1] for r in rows), float, n),
+                    llc_bytes=self.llc_bytes,
+                    streams=np.fromiter((r[4] in STREAMING_FAMILIES or not self.refetch
+                                         for r in rows), bool, n)).tolist()
+        return hit
+
+    def adjust(self, view: ModelView) -> None:
+        if sum(s[3] for s in view.slots) <= self.llc_bytes:
+            return
+        cold = self._cold(view.batch)
+        ms = view.ms
+        for j, s in enumerate(view.slots):
+            new = cold[s[0]][s[1]]
+            if new != ms[j]:
+                ms[j] = new
+                view.mark(j, self.name)
