@@ -413,7 +413,9 @@ def build_predictor(
     try:
         from nnmeter.backends import get_backend
 
-        if get_backend(backend_id.split("@")[0]).model_format == "tflite":
+        from nnmeter.predictors.facts import split_dataset_id
+
+        if get_backend(split_dataset_id(backend_id)[0]).model_format == "tflite":
             max_params = MAX_TFLITE_KERNEL_PARAMS
     except Exception as err:  # an unknown backend id (test doubles): no cap
         logger.debug("no parameter cap for %s: %s", backend_id, err)

@@ -111,16 +111,21 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     for r in report.rows:
         nodes = ",".join(r.nodes)
         rows.append([r.type, nodes if len(nodes) <= 48 else nodes[:45] + "...",
-                     round(r.predicted_ms, 4), r.estimated_by])
-    print_table(["kernel", "nodes", "predicted ms", "estimated by"], rows)
+                     round(r.predicted_ms, 4), r.estimated_by, ",".join(r.terms)])
+    print_table(["kernel", "nodes", "predicted ms", "estimated by", "adjusted by"], rows)
     print()
     summary = sorted(report.by_type().items(), key=lambda kv: -kv[1][1])
     print_table(["kernel type", "count", "predicted ms", "share %"],
                 [[t, n, round(ms, 4), round(100 * ms / report.total_ms, 1)]
                  for t, (n, ms) in summary])
-    print(f"\nruntime overhead (once per model): {report.overhead_ms:.4f} ms")
-    if getattr(report, "layout_ms", 0.0):
-        print(f"layout reorders (whole model):     {report.layout_ms:.4f} ms")
+    print(f"\nkernels: {sum(r.predicted_ms for r in report.rows):.4f} ms")
+    # every composition term by its own name: what it adds once per model, and what it
+    # already changed inside the kernel rows above
+    width = max((len(t.label) for t in report.terms), default=0)
+    for t in report.terms:
+        inside = (f"  ({t.kernel_ms:+.4f} ms inside {t.kernels} kernel row(s))"
+                  if t.kernels else "")
+        print(f"  + {t.label:<{width}s} {t.ms:.4f} ms{inside}")
     print(f"predicted total: {report.total_ms:.3f} ms")
     if args.measure:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "

@@ -422,9 +422,8 @@ class LatencyPredictor:
             TermRow(t.name, t.label, ms, view.deltas.get(t.name, 0.0),
                     sum(1 for used in view.adjusted.values() if t.name in used))
             for t, ms in zip(self.composition.terms, term_ms))
-        total = float(sum(r.predicted_ms for r in rows))
-        for ms in term_ms:
-            total += ms
+        # exactly what a reader of the report adds up: the rows, then the terms
+        total = float(sum(r.predicted_ms for r in rows)) + float(sum(term_ms))
         named = dict(zip(self.composition.names, term_ms))
         return LatencyReport(
             total_ms=total, rows=tuple(rows), overhead_ms=named.get("overhead", 0.0),
@@ -456,9 +455,7 @@ class LatencyPredictor:
                     view = ModelView(g, ks, [preds[s[0]][s[1]] for s in sl], batch=batch,
                                      slots=sl, track=False)
                     term_ms = assemble(view)
-                    total = float(sum(view.ms))
-                    for ms in term_ms:
-                        total += ms
+                    total = float(sum(view.ms)) + float(sum(term_ms))
                     done[id(sl)] = total
                 out.append(total)
             return out

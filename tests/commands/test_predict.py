@@ -19,8 +19,11 @@ RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn"
 
 
 class _Fake:
-    device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime="fake", runtime_version="1",
-                        settings={"threads": 1})
+    """A stand-in profiler of the runtime a backend runs (its device facts matter)."""
+
+    def __init__(self, runtime):
+        self.device = DeviceInfo(cpu_model="fake cpu", cores=2, runtime=runtime,
+                                 runtime_version="1", settings={"threads": 1})
 
     def measure(self, graph, on_error="record", **protocol):
         c = graph.cost()
@@ -36,8 +39,9 @@ def fake_env(tmp_path, monkeypatch):
                          for h, c in ((56, 16), (28, 32), (14, 64), (7, 160)) for k in (1, 3)],
              "dwconv-bn": [{"h": h, "w": h, "cin": c, "kernel": 3, "stride": s, "pads": None}
                            for h, c in ((112, 32), (56, 96), (28, 144), (14, 384)) for s in (1, 2)]}
-    for backend in ("ort-cpu", "mnn-cpu"):
-        build_predictor(backend, budget_minutes=5, root=tmp_path, profiler=_Fake(), rules=RULES,
+    for backend, runtime in (("ort-cpu", "onnxruntime"), ("mnn-cpu", "mnn")):
+        build_predictor(backend, budget_minutes=5, root=tmp_path, profiler=_Fake(runtime),
+                        rules=RULES,
                         prior_configs=prior, progress=False, train=False,
                         max_samples_per_type=30, rounds=1, regressor_params={"n_estimators": 5})
         RULES.to_json(tmp_path / f"{backend}.json")
@@ -58,6 +62,13 @@ def test_predict_json_on_example(fake_env, capsys):
                for r in out["rows"])  # these rules leave conv -> relu6 split
     assert {"conv-bn", "dwconv-bn"} <= {r["type"] for r in out["rows"]}
     assert out["uncovered"]  # relu6, add, fc... have no data here: listed, not zero
+    # every composition term by name, in order, and the total adds up exactly
+    names = [t["name"] for t in out["terms"]]
+    assert names[0] == "overhead" and "absorbed" in names
+    assert out["total_ms"] == sum(r["predicted_ms"] for r in out["rows"]) + \
+        sum(t["ms"] for t in out["terms"])
+    assert all("absorbed" in r["terms"] for r in out["rows"]
+               if r["estimated_by"].startswith("absorbed:"))
 
 
 def test_predict_table(fake_env, capsys):
@@ -107,5 +118,8 @@ def test_build_cli_with_fake_profiler(tmp_path, monkeypatch, capsys):
 
 
 class _FakeCtx(_Fake):
+    def __init__(self, runtime="onnxruntime"):
+        super().__init__(runtime)
+
     def close(self):
         """Nothing to free: no worker process."""
