@@ -28,6 +28,7 @@ from nnmeter.backends.base import (
     InputSpec,
     Measurement,
     Prepared,
+    Recording,
     parse_backend_id,
 )
 from nnmeter.backends.litert import LiteRtBackend, LiteRtRefBackend
@@ -40,7 +41,7 @@ from nnmeter.registry import Registry
 
 __all__ = [
     "BACKENDS", "Backend", "DeviceInfo", "ExecutedNode", "InputSpec", "Job", "Measurement",
-    "Prepared", "Profiler", "ProtocolSettings", "available_backends", "get_backend",
+    "Prepared", "Profiler", "ProtocolSettings", "Recording", "available_backends", "get_backend",
     "measure", "profile",
 ]
 

@@ -21,10 +21,10 @@ import json
 import math
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from nnmeter.errors import BackendError
 __all__ = [
     "Backend",
     "Prepared",
+    "Recording",
     "Measurement",
     "DeviceInfo",
     "ExecutedNode",
@@ -265,6 +266,33 @@ class Prepared:
         """Free the runtime's resources (optional)."""
 
 
+class Recording(Prepared):
+    """A model compiled for instrumented runs (:meth:`Backend.prepare_recording`).
+
+    :meth:`run`, :meth:`bind` and :meth:`time_once` run the model exactly as
+    :meth:`Backend.prepare` would, with the measurement settings. On top of that
+    :meth:`record` returns every intermediate tensor and :meth:`op_times_ms` the time
+    of every executed op, each under the same settings as far as the runtime allows
+    (each subclass says where it cannot).
+    """
+
+    def record(self, inputs: Mapping[str, np.ndarray]) -> dict[Any, np.ndarray]:
+        """Run once; every intermediate tensor, keyed by the runtime's own tensor id.
+
+        Values are as the runtime holds them: native layout, quantized dtypes kept.
+        """
+        raise NotImplementedError
+
+    def op_times_ms(self, inputs: Mapping[str, np.ndarray], *,
+                    runs: int = 10) -> dict[str, float]:
+        """Time per executed op in ms by the runtime's node name; ``{}`` when the runtime
+        cannot time ops."""
+        return {}
+
+
+_T = TypeVar("_T")
+
+
 class Backend:
     """One runtime on one device with its settings.
 
@@ -341,8 +369,30 @@ class Backend:
             it; the message carries the runtime's own words.
         """
         path = self.check_model_file(model_file)
+        return self._compile_with(path, self._prepare)
+
+    def prepare_recording(self, model_file: str | os.PathLike) -> Recording:
+        """Compile ``model_file`` for instrumented runs: outputs, every intermediate
+        tensor and per-op times, with the same runtime settings as :meth:`prepare`.
+
+        Raises
+        ------
+        BackendError
+            As :meth:`prepare`.
+        NotImplementedError
+            If this backend cannot record intermediate tensors.
+        """
+        if type(self)._prepare_recording is Backend._prepare_recording:
+            raise NotImplementedError(
+                f"{self.id} cannot record intermediate tensors; ort-cpu, litert-cpu and "
+                f"litert-cpu-ref can")
+        path = self.check_model_file(model_file)
+        return self._compile_with(path, self._prepare_recording)
+
+    def _compile_with(self, path: Path, build: Callable[[Path], _T]) -> _T:
+        """``build(path)``, with the runtime's own errors raised as BackendError."""
         try:
-            return self._prepare(path)
+            return build(path)
         except BackendError:
             raise
         except Exception as err:  # the runtime's own exception types vary
@@ -351,6 +401,9 @@ class Backend:
                 f"{str(err).strip()[:2000]}") from err
 
     def _prepare(self, path: Path) -> Prepared:
+        raise NotImplementedError
+
+    def _prepare_recording(self, path: Path) -> Recording:
         raise NotImplementedError
 
     def profile(self, model_file: str | os.PathLike, *, runs: int = 10) -> list[ExecutedNode]:

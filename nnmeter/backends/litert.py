@@ -5,20 +5,27 @@ The Python interpreter has no per-op profiler, so :meth:`LiteRtBackend.profile`
 reports the executed graph (delegate partitions and the ops left to built-in
 kernels) without times. Per-op times need TFLite's ``benchmark_model`` binary
 (``--enable_op_profiling``), which a remote backend can add later.
+
+:meth:`LiteRtBackend.prepare_recording` adds a second interpreter that keeps every
+tensor (``experimental_preserve_all_tensors``). Tensors inside a delegate cannot be
+read, so on ``litert-cpu`` that interpreter runs the built-in kernels without XNNPACK;
+the thread count is the measurement's. Every interpreter here comes from
+:meth:`LiteRtBackend._interpreter`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared
+from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared, Recording
 
-__all__ = ["LiteRtBackend", "LiteRtRefBackend", "LiteRtPrepared"]
+__all__ = ["LiteRtBackend", "LiteRtRefBackend", "LiteRtPrepared", "LiteRtRecording"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,48 @@ class LiteRtPrepared(Prepared):
         self.interpreter.invoke()
 
 
+class LiteRtRecording(LiteRtPrepared, Recording):
+    """A .tflite model prepared for instrumented runs (:meth:`LiteRtBackend.prepare_recording`).
+
+    ``interpreter`` is the measurement interpreter (the backend's resolver) and serves
+    :meth:`run` and :meth:`time_once`. ``recorder`` keeps every tensor; it has the same
+    thread count, and the backend's :attr:`~LiteRtBackend.recording_resolver`. The
+    Python API cannot time ops, so :meth:`op_times_ms` is always ``{}``.
+    """
+
+    def __init__(self, interpreter: Any, recorder: Any, *, label: str = "LiteRT") -> None:
+        super().__init__(interpreter)
+        self.recorder = recorder
+        self._label = label
+        ops = recorder._get_ops_details()  # the only public-ish view of the op list
+        self.tensor_indices = tuple(dict.fromkeys(
+            [int(d["index"]) for d in recorder.get_input_details()]
+            + [int(t) for o in ops for t in o["outputs"]]))
+
+    def record(self, inputs: Mapping[str, np.ndarray],
+               tensors: Iterable[int] | None = None) -> dict[int, np.ndarray]:
+        """Run the recorder once; tensors by index (default :attr:`tensor_indices`: the
+        inputs and every op output), as stored (NHWC, quantized dtypes kept).
+
+        Tensors the runtime has freed are left out. Raises BackendError if the run fails.
+        """
+        for d in self._in:
+            self.recorder.set_tensor(d["index"], np.asarray(inputs[d["name"]], d["dtype"]))
+        try:
+            self.recorder.invoke()
+        except RuntimeError as err:
+            from nnmeter.errors import BackendError
+
+            raise BackendError(f"{self._label} failed to run: {err}") from err
+        out = {}
+        for i in self.tensor_indices if tensors is None else tensors:
+            try:
+                out[int(i)] = np.array(self.recorder.get_tensor(int(i)))
+            except ValueError:
+                continue  # freed by the runtime
+        return out
+
+
 class LiteRtBackend(Backend):
     """``ai_edge_litert.interpreter.Interpreter`` with its default op resolver
     (XNNPACK delegate applied), ``num_threads`` = threads."""
@@ -57,6 +106,8 @@ class LiteRtBackend(Backend):
     model_format = "tflite"
     runtime_module = "ai_edge_litert.interpreter"
     resolver = "AUTO"
+    #: resolver of the recording interpreter: the same kernels, minus the delegate
+    recording_resolver = "BUILTIN_WITHOUT_DEFAULT_DELEGATES"
 
     def runtime_version(self) -> str:
         import ai_edge_litert
@@ -67,16 +118,29 @@ class LiteRtBackend(Backend):
         return {"threads": self.threads, "op_resolver": self.resolver,
                 "delegate": "xnnpack" if self.resolver == "AUTO" else "none"}
 
-    def _interpreter(self, path: Path) -> Any:
+    def _interpreter(self, path: Path, *, recording: bool = False) -> Any:
+        """An interpreter with tensors allocated: ``num_threads`` = threads and
+        :attr:`resolver`; ``recording=True`` keeps every tensor and uses
+        :attr:`recording_resolver` instead."""
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        it = Interpreter(model_path=str(path), num_threads=self.threads,
-                         experimental_op_resolver_type=getattr(OpResolverType, self.resolver))
+        resolver = self.recording_resolver if recording else self.resolver
+        extra = {"experimental_preserve_all_tensors": True} if recording else {}
+        with warnings.catch_warnings():
+            if recording:  # preserving all tensors warns that it is for debugging: it is
+                warnings.simplefilter("ignore")
+            it = Interpreter(model_path=str(path), num_threads=self.threads,
+                             experimental_op_resolver_type=getattr(OpResolverType, resolver),
+                             **extra)
         it.allocate_tensors()
         return it
 
     def _prepare(self, path: Path) -> Prepared:
         return LiteRtPrepared(self._interpreter(path))
+
+    def _prepare_recording(self, path: Path) -> LiteRtRecording:
+        return LiteRtRecording(self._interpreter(path), self._interpreter(path, recording=True),
+                               label=f"{self.id} ({path.name})")
 
     def profile(self, model_file: Any, *, runs: int = 10) -> list[ExecutedNode]:
         """Executed partitions without times (the Python API cannot time ops).
@@ -133,3 +197,4 @@ class LiteRtRefBackend(LiteRtBackend):
 
     base_id = "litert-cpu-ref"
     resolver = "BUILTIN_REF"
+    recording_resolver = "BUILTIN_REF"

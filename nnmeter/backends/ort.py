@@ -1,4 +1,8 @@
-"""ONNX Runtime on the CPU (``ort-cpu``): graph optimisation ALL, as users run it."""
+"""ONNX Runtime on the CPU (``ort-cpu``): graph optimisation ALL, as users run it.
+
+Every session this module builds (measurement, profiling, recording) takes its options
+from :meth:`OrtCpuBackend._session_options`, so they cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from nnmeter.backends._covers import OnnxIndex, assign_covers
-from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared
+from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared, Recording
 
-__all__ = ["OrtCpuBackend", "OrtPrepared"]
+__all__ = ["OrtCpuBackend", "OrtPrepared", "OrtRecording"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,50 @@ class OrtPrepared(Prepared):
         self.session.run(self._out_names, self._bound)
 
 
+class OrtRecording(OrtPrepared, Recording):
+    """A model prepared for instrumented runs on ``ort-cpu``
+    (:meth:`OrtCpuBackend.prepare_recording`).
+
+    ``session`` is the measurement session (the options of :meth:`OrtCpuBackend.prepare`)
+    and serves :meth:`run` and :meth:`time_once`; :meth:`op_times_ms` profiles a session
+    with those same options. ``values_session`` runs a copy of the model whose every node
+    output is a graph output; its options are the measurement's with graph optimisation
+    off (``ORT_DISABLE_ALL``), so that no value is fused away.
+    """
+
+    def __init__(self, backend: OrtCpuBackend, path: Path, session: Any,
+                 values_session: Any) -> None:
+        super().__init__(session)
+        self._backend = backend
+        self._path = path
+        self.values_session = values_session
+        self._value_names = [o.name for o in values_session.get_outputs()]
+
+    def record(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; every node output of the model (and every graph output) by name.
+
+        Graph inputs are not included. Raises BackendError if the run fails.
+        """
+        try:
+            values = self.values_session.run(self._value_names, dict(inputs))
+        except Exception as err:  # onnxruntime raises its own untyped exceptions
+            from nnmeter.errors import BackendError
+
+            raise BackendError(
+                f"{self._backend.id} failed to run {self._path.name}: {err}") from err
+        return dict(zip(self._value_names, values))
+
+    def op_times_ms(self, inputs: Mapping[str, np.ndarray], *,
+                    runs: int = 10) -> dict[str, float]:
+        """Time per executed node (ORT's optimised graph) in ms, by node name: the
+        interquartile mean of ``runs`` runs after one warm-up run, from ORT's profiler,
+        as :meth:`OrtCpuBackend.profile` times nodes."""
+        with tempfile.TemporaryDirectory(prefix="nnmeter-ort-prof-") as tmp:
+            per_run = self._backend._node_times(self._path, Path(tmp), runs=runs,
+                                                feeds=inputs)
+        return {name: interquartile_mean(t) for name, t in per_run.items() if t}
+
+
 class OrtCpuBackend(Backend):
     """onnxruntime's CPU execution provider, ``intra_op`` = threads, ``inter_op`` = 1,
     sequential execution, graph optimisation level ALL (the default users get)."""
@@ -93,11 +141,16 @@ class OrtCpuBackend(Backend):
         return {"threads": self.threads, "inter_op_threads": 1, "execution_mode": "sequential",
                 "graph_optimization_level": "ALL", "provider": "CPUExecutionProvider"}
 
-    def _session_options(self) -> Any:
+    def _session_options(self, *, optimize: bool = True) -> Any:
+        """The session options of every session this backend builds (see
+        :meth:`settings`). ``optimize=False`` turns ORT's graph rewriting off
+        (``ORT_DISABLE_ALL``) and changes nothing else: the recording session uses it
+        to keep every intermediate value."""
         import onnxruntime as ort
 
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                       else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -114,37 +167,67 @@ class OrtCpuBackend(Backend):
                                     providers=["CPUExecutionProvider"])
         return OrtPrepared(sess)
 
-    def profile(self, model_file: Any, *, runs: int = 10) -> list[ExecutedNode]:
-        """Executed nodes from ORT's optimised graph, timed by ORT's own profiler."""
+    def _prepare_recording(self, path: Path) -> OrtRecording:
         import onnx
         import onnxruntime as ort
 
-        path = self.check_model_file(model_file)
-        with tempfile.TemporaryDirectory(prefix="nnmeter-ort-prof-") as tmp:
-            so = self._session_options()
-            opt_path = Path(tmp) / "optimized.onnx"
-            so.optimized_model_filepath = str(opt_path)
-            so.enable_profiling = True
-            so.profile_file_prefix = str(Path(tmp) / "profile")
-            try:
-                sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            except Exception as err:
-                from nnmeter.errors import BackendError
+        model = onnx.load(str(path))
+        have = {o.name for o in model.graph.output}
+        for node in model.graph.node:
+            for name in node.output:
+                if name and name not in have:
+                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+                    have.add(name)
+        # onnx.load reads external weights in, so the serialised copy stands alone
+        values = ort.InferenceSession(model.SerializeToString(),
+                                      self._session_options(optimize=False),
+                                      providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(path), self._session_options(),
+                                    providers=["CPUExecutionProvider"])
+        return OrtRecording(self, path, sess, values)
 
-                raise BackendError(f"{self.id} could not compile {path.name}: {err}") from err
-            prepared = OrtPrepared(sess)
-            feeds = prepared.random_inputs()
-            for _ in range(max(1, runs) + 1):
-                prepared.run(feeds)
-            prof_file = sess.end_profiling()
-            events = json.loads(Path(prof_file).read_text())
-            optimized = onnx.load(str(opt_path), load_external_data=False)
+    def _node_times(self, path: Path, tmp: Path, *, runs: int,
+                    feeds: Mapping[str, np.ndarray] | None = None,
+                    optimized_path: Path | None = None) -> dict[str, list[float]]:
+        """Per executed node: its kernel time in ms in each of ``runs`` runs after one
+        warm-up run, from ORT's profiler on a session with the measurement options.
 
-        # per node: one duration per run; drop the first (warm-up) run
+        ``feeds`` default to the model's random inputs; ``optimized_path`` receives ORT's
+        optimised graph. Raises BackendError if ORT cannot compile the model.
+        """
+        import onnxruntime as ort
+
+        so = self._session_options()
+        if optimized_path is not None:
+            so.optimized_model_filepath = str(optimized_path)
+        so.enable_profiling = True
+        so.profile_file_prefix = str(tmp / "profile")
+        try:
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        except Exception as err:
+            from nnmeter.errors import BackendError
+
+            raise BackendError(f"{self.id} could not compile {path.name}: {err}") from err
+        prepared = OrtPrepared(sess)
+        feeds = prepared.random_inputs() if feeds is None else dict(feeds)
+        for _ in range(max(1, runs) + 1):
+            prepared.run(feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
         durs: dict[str, list[float]] = defaultdict(list)
         for e in events:
             if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
                 durs[e["name"][: -len("_kernel_time")]].append(e["dur"] / 1000.0)
+        return {name: t[1:] if len(t) > 1 else t for name, t in durs.items()}
+
+    def profile(self, model_file: Any, *, runs: int = 10) -> list[ExecutedNode]:
+        """Executed nodes from ORT's optimised graph, timed by ORT's own profiler."""
+        import onnx
+
+        path = self.check_model_file(model_file)
+        with tempfile.TemporaryDirectory(prefix="nnmeter-ort-prof-") as tmp:
+            opt_path = Path(tmp) / "optimized.onnx"
+            durs = self._node_times(path, Path(tmp), runs=runs, optimized_path=opt_path)
+            optimized = onnx.load(str(opt_path), load_external_data=False)
 
         index = OnnxIndex(path)
         nodes = list(optimized.graph.node)
@@ -176,7 +259,6 @@ class OrtCpuBackend(Backend):
         out = []
         for n, cov in zip(nodes, covers):
             times = durs.get(n.name, [])
-            times = times[1:] if len(times) > 1 else times
             out.append(ExecutedNode(
                 name=n.name, op_type=n.op_type if not n.domain else f"{n.domain}.{n.op_type}",
                 covers=cov, time_ms=interquartile_mean(times) if times else None))

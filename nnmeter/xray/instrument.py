@@ -6,13 +6,18 @@ canonical NCHW layout, keyed by the tensor name; ``Runner.layers`` describes the
 produced each tensor (canonical op type, runtime op type, activation inputs, canonical
 shape, quantization parameters, attributes).
 
-- LiteRT: ``Interpreter(experimental_preserve_all_tensors=True)``; all tensors are read
-  after ``invoke``. Tensors inside a delegate cannot be observed, so the recording
-  interpreter uses the built-in kernels without XNNPACK (``litert-cpu``), or the
-  reference kernels (``litert-cpu-ref``); the final outputs and the timing come from an
-  interpreter with the backend's real resolver.
-- ONNX: a copy of the graph with every intermediate value added as a graph output, run
-  by onnxruntime with graph optimisations off (so no value is fused away).
+The runtime sessions come from the backend adapters
+(:meth:`nnmeter.backends.Backend.prepare_recording`), so outputs, model times and per-op
+times are taken with exactly the settings every measurement uses, and the intermediate
+tensors under the same threads:
+
+- LiteRT: a second interpreter keeps every tensor; tensors inside a delegate cannot be
+  observed, so it uses the built-in kernels without XNNPACK (``litert-cpu``), or the
+  reference kernels (``litert-cpu-ref``).
+- ONNX: a copy of the graph with every node output added as a graph output, run by
+  onnxruntime with graph optimisations off (so no value is fused away).
+
+This module turns what the runtime records into canonical layers and tensors.
 
 Examples
 --------
@@ -24,17 +29,15 @@ Examples
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import pathlib
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nnmeter.backends import Recording, get_backend
 from nnmeter.errors import BackendError, BackendUnavailableError, InputMismatchError, \
     ModelLoadError, XRayError
 
@@ -188,11 +191,14 @@ def default_backend(path: str | pathlib.Path) -> str:
         f"(litert-cpu, litert-cpu-ref) models; convert the model or pass one of those")
 
 
-def _threads(backend: str) -> int:
-    tail = backend.rsplit("-t", 1)
-    if len(tail) == 2 and tail[1].isdigit():
-        return int(tail[1])
-    return 1
+def _prepare_recording(path: pathlib.Path, backend: str) -> Recording:
+    """``path`` prepared for recording on ``backend``, by the backend adapter."""
+    try:
+        return get_backend(backend).prepare_recording(path)
+    except BackendUnavailableError:
+        raise
+    except BackendError as err:
+        raise ModelLoadError(f"cannot load {path} on {backend}: {err}") from err
 
 
 class Runner:
@@ -206,6 +212,7 @@ class Runner:
         self.input_specs: list[InputSpec] = []
         self.output_names: list[str] = []
         self.layers: dict[str, Layer] = {}
+        self._prepared: Recording | None = None
 
     # -- feeds ---------------------------------------------------------------
     def feeds_from_canonical(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -261,25 +268,24 @@ class Runner:
 
     def time_ms(self, feeds: dict[str, np.ndarray], *, repeats: int = 20,
                 warmup: int = 3) -> float:
-        """Minimum wall time of one inference in ms over ``repeats`` runs (in process).
+        """Minimum wall time of one inference in ms over ``repeats`` runs (in process,
+        on the backend's measurement session).
 
         The minimum is used because interference on a shared machine only adds time.
         """
+        self._prepared.bind(self._native(feeds))
         for _ in range(warmup):
-            self._invoke(feeds)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self._invoke(feeds)
-            best = min(best, time.perf_counter() - t0)
-        return best * 1e3
+            self._prepared.time_once()
+        return min(self._prepared.time_once() for _ in range(max(1, repeats)))
 
     def op_times_ms(self, feeds: dict[str, np.ndarray], *, repeats: int = 10) -> dict[str, float]:
-        """Time per runtime node in ms where the runtime can tell, else {}."""
-        return {}
+        """Time per runtime node in ms where the runtime can tell, else {} (the backend's
+        :meth:`~nnmeter.backends.Recording.op_times_ms`)."""
+        return self._prepared.op_times_ms(self._native(feeds), runs=repeats)
 
-    def _invoke(self, feeds: dict[str, np.ndarray]) -> None:
-        raise NotImplementedError
+    def _native(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feeds`` keyed by the runtime's input names."""
+        return feeds
 
 
 class LiteRTRunner(Runner):
@@ -290,7 +296,7 @@ class LiteRTRunner(Runner):
     def __init__(self, path: str | pathlib.Path, backend: str = "litert-cpu") -> None:
         super().__init__(path, backend)
         try:
-            from ai_edge_litert.interpreter import Interpreter, OpResolverType
+            import ai_edge_litert.interpreter  # noqa: F401  (only: is it installed?)
         except ImportError as err:
             raise BackendUnavailableError(
                 "ai_edge_litert is not installed; pip install ai-edge-litert") from err
@@ -298,28 +304,11 @@ class LiteRTRunner(Runner):
             raise XRayError(f"backend {backend!r} cannot run .tflite models; use litert-cpu "
                             f"or litert-cpu-ref")
         self.reference_kernels = backend.startswith("litert-cpu-ref")
-        threads = _threads(backend)
-        real = OpResolverType.BUILTIN_REF if self.reference_kernels else OpResolverType.AUTO
-        recorder = (OpResolverType.BUILTIN_REF if self.reference_kernels
-                    else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-        import warnings
-
-        try:
-            self._run_it = Interpreter(model_path=str(self.path), num_threads=threads,
-                                       experimental_op_resolver_type=real)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the debugging-only warning is the point
-                self._rec_it = Interpreter(model_path=str(self.path), num_threads=threads,
-                                           experimental_op_resolver_type=recorder,
-                                           experimental_preserve_all_tensors=True)
-            self._run_it.allocate_tensors()
-            self._rec_it.allocate_tensors()
-        except (ValueError, RuntimeError) as err:
-            raise ModelLoadError(f"LiteRT cannot load {self.path}: {err}") from err
+        self._prepared = _prepare_recording(self.path, backend)
         self._describe()
 
     def _describe(self) -> None:
-        it = self._rec_it
+        it = self._prepared.recorder
         details = {d["index"]: d for d in it.get_tensor_details()}
         ops = it._get_ops_details()
         produced = {int(o): op for op in ops for o in op["outputs"]}
@@ -327,6 +316,7 @@ class LiteRTRunner(Runner):
         input_idx = {d["index"] for d in inputs}
         options = self._op_options()
         names: dict[int, str] = {}
+        self._runtime_names: dict[str, str] = {}
         seen: set[str] = set()
 
         def name_of(i: int) -> str:
@@ -366,6 +356,7 @@ class LiteRTRunner(Runner):
                 name_of(i), tuple(int(v) for v in d["shape"]),
                 self.layers[name_of(i)].shape, layout[i], np.dtype(d["dtype"]).name,
                 self._quant(details[i])))
+            self._runtime_names[name_of(i)] = d["name"]
         for op in ops:
             act_in = [int(i) for i in op["inputs"] if int(i) in produced or int(i) in input_idx]
             for k, o in enumerate(int(v) for v in op["outputs"]):
@@ -433,44 +424,26 @@ class LiteRTRunner(Runner):
             logger.debug("could not read builtin options of %s: %s", self.path, err)
             return {}
 
-    def _set(self, it, feeds: dict[str, np.ndarray]) -> None:
-        for spec in self.input_specs:
-            it.set_tensor(self._index[spec.name], feeds[spec.name])
+    def _native(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {self._runtime_names[s.name]: feeds[s.name] for s in self.input_specs}
 
     def record(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        it = self._rec_it
-        self._set(it, feeds)
-        try:
-            it.invoke()
-        except RuntimeError as err:
-            raise BackendError(f"LiteRT failed to run {self.path.name}: {err}") from err
+        values = self._prepared.record(self._native(feeds),
+                                       [self._index[name] for name in self.layers])
         out = {}
         for name, layer in self.layers.items():
-            try:
-                value = it.get_tensor(self._index[name])
-            except ValueError:
-                continue  # tensors freed by the runtime cannot be read
-            out[name] = to_canonical(_dequantize(np.array(value), layer.quant), layer.layout)
+            value = values.get(self._index[name])
+            if value is not None:  # tensors freed by the runtime cannot be read
+                out[name] = to_canonical(_dequantize(value, layer.quant), layer.layout)
         return out
 
-    def _invoke(self, feeds: dict[str, np.ndarray]) -> None:
-        self._set(self._run_it, feeds)
-        self._run_it.invoke()
-
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        self._invoke(feeds)
+        # the measurement interpreter's outputs come in the recorder's output order
         outs = []
-        for d in self._run_it.get_output_details():
-            layer = self.layers[self._name_by_index(d["index"])]
-            outs.append(to_canonical(_dequantize(self._run_it.get_tensor(d["index"]),
-                                                 layer.quant), layer.layout))
+        for name, value in zip(self.output_names, self._prepared.run(self._native(feeds))):
+            layer = self.layers[name]
+            outs.append(to_canonical(_dequantize(value, layer.quant), layer.layout))
         return outs
-
-    def _name_by_index(self, index: int) -> str:
-        for n, i in self._index.items():
-            if i == index:
-                return n
-        raise XRayError(f"tensor {index} of {self.path.name} is unknown")
 
 
 class OnnxRunner(Runner):
@@ -485,7 +458,7 @@ class OnnxRunner(Runner):
                             f"ort-cpu")
         try:
             import onnx
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (only: is it installed?)
         except ImportError as err:
             raise BackendUnavailableError("onnx and onnxruntime are needed for .onnx models; "
                                           "pip install onnx onnxruntime") from err
@@ -493,37 +466,8 @@ class OnnxRunner(Runner):
             model = onnx.load(str(self.path))
         except Exception as err:  # onnx raises DecodeError and friends
             raise ModelLoadError(f"cannot read ONNX model {self.path}: {err}") from err
-        self._ort = ort
-        self._threads = _threads(backend)
-        self._model_bytes = model.SerializeToString()
         self._describe(model)
-        inst = onnx.ModelProto()
-        inst.CopyFrom(model)
-        have = {o.name for o in inst.graph.output}
-        for layer in self.layers.values():
-            if layer.op != "input" and layer.name not in have:
-                inst.graph.output.append(onnx.ValueInfoProto(name=layer.name))
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.intra_op_num_threads = self._threads
-        opts.log_severity_level = 3
-        try:
-            self._rec = ort.InferenceSession(inst.SerializeToString(), opts,
-                                             providers=["CPUExecutionProvider"])
-            self._sess = ort.InferenceSession(self._model_bytes, self._session_options(),
-                                              providers=["CPUExecutionProvider"])
-        except Exception as err:  # onnxruntime raises its own untyped exceptions
-            raise ModelLoadError(f"onnxruntime cannot load {self.path}: {err}") from err
-        self._rec_names = [o.name for o in self._rec.get_outputs()]
-
-    def _session_options(self, profile_dir: str | None = None):
-        opts = self._ort.SessionOptions()
-        opts.intra_op_num_threads = self._threads
-        opts.log_severity_level = 3
-        if profile_dir:
-            opts.enable_profiling = True
-            opts.profile_file_prefix = os.path.join(profile_dir, "prof")
-        return opts
+        self._prepared = _prepare_recording(self.path, backend)
 
     def _describe(self, model) -> None:
         from onnx import numpy_helper, shape_inference
@@ -596,12 +540,11 @@ class OnnxRunner(Runner):
         self._consts = consts
 
     def record(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            values = self._rec.run(None, feeds)
-        except Exception as err:  # onnxruntime raises untyped errors
-            raise BackendError(f"onnxruntime failed to run {self.path.name}: {err}") from err
+        values = self._prepared.record(feeds)
         out = {spec.name: feeds[spec.name].astype(np.float32) for spec in self.input_specs}
-        for name, v in zip(self._rec_names, values):
+        for name, v in values.items():
+            if name not in self.layers and name not in self.output_names:
+                continue  # outputs of Constant nodes are no layers
             v = np.asarray(v)
             layer = self.layers.get(name)
             if layer is not None:
@@ -618,28 +561,8 @@ class OnnxRunner(Runner):
                                           layer.quant, layer.attrs)
         return out
 
-    def _invoke(self, feeds: dict[str, np.ndarray]) -> None:
-        self._sess.run(None, feeds)
-
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(v, np.float32) for v in self._sess.run(None, feeds)]
-
-    def op_times_ms(self, feeds: dict[str, np.ndarray], *, repeats: int = 10) -> dict[str, float]:
-        """Median time per executed ORT node (after ORT's own fusion), from its profiler."""
-        with tempfile.TemporaryDirectory(prefix="nnmeter-xray-prof-") as tmp:
-            sess = self._ort.InferenceSession(self._model_bytes, self._session_options(tmp),
-                                              providers=["CPUExecutionProvider"])
-            for _ in range(repeats + 2):
-                sess.run(None, feeds)
-            path = sess.end_profiling()
-            events = json.loads(pathlib.Path(path).read_text())
-        per: dict[str, list[float]] = {}
-        for ev in events:
-            if ev.get("cat") != "Node" or not str(ev.get("name", "")).endswith("_kernel_time"):
-                continue
-            name = ev["name"][: -len("_kernel_time")]
-            per.setdefault(name, []).append(float(ev.get("dur", 0)) / 1e3)
-        return {k: float(np.median(v[2:] if len(v) > 2 else v)) for k, v in per.items()}
+        return [np.asarray(v, np.float32) for v in self._prepared.run(feeds)]
 
 
 def open_runner(path: str | pathlib.Path, backend: str | None = None) -> Runner:

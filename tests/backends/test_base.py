@@ -66,3 +66,8 @@ def test_prepare_rejects_wrong_format_and_missing_file(tmp_path):
     p.write_bytes(b"x")
     with pytest.raises(BackendError, match=r"\.onnx"):
         b.prepare(p)
+
+
+def test_a_backend_without_recording_says_so_before_touching_the_file(tmp_path):
+    with pytest.raises(NotImplementedError, match="openvino-cpu cannot record"):
+        get_backend("openvino-cpu").prepare_recording(tmp_path / "never-read.onnx")

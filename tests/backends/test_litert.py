@@ -62,3 +62,55 @@ def test_litert_measure_and_profile(backend_id, cbr_tflite, tmp_path):
         m = prof.measure(bad, **QUICK)
         assert not m.ok and m.extra["error_kind"] in ("compile", "crash")
         assert prof.measure(cbr_tflite, **QUICK).ok
+
+
+@pytest.fixture
+def built_interpreters(monkeypatch):
+    """The keyword arguments of every LiteRT Interpreter built while the test runs."""
+    import ai_edge_litert.interpreter as lite
+
+    built: list[dict] = []
+    real = lite.Interpreter
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            built.append(dict(kwargs))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lite, "Interpreter", Spy)
+    return built
+
+
+@pytest.mark.parametrize("backend_id", ["litert-cpu", "litert-cpu-ref-t2"])
+def test_litert_recording_uses_the_measurement_interpreter(backend_id, cbr_tflite,
+                                                           built_interpreters):
+    import numpy as np
+    from ai_edge_litert.interpreter import OpResolverType
+
+    backend = get_backend(backend_id)
+    prepared = backend.prepare(cbr_tflite)
+    (measured,) = built_interpreters
+    assert measured["num_threads"] == backend.threads
+    built_interpreters.clear()
+    rec = backend.prepare_recording(cbr_tflite)
+    real, recorder = built_interpreters
+    assert real == measured  # run() and time_once() use the measurement interpreter
+    # the recorder: the same threads, every tensor kept, and no delegate (which would
+    # hide the tensors inside it)
+    assert recorder == {**measured, "experimental_preserve_all_tensors": True,
+                        "experimental_op_resolver_type": OpResolverType.BUILTIN_REF
+                        if backend_id.startswith("litert-cpu-ref")
+                        else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+
+    feeds = prepared.random_inputs(0)
+    values = rec.record(feeds)
+    ops = rec.recorder._get_ops_details()
+    assert all(o["op_name"] != "DELEGATE" for o in ops)
+    outputs = {int(t) for o in ops for t in o["outputs"]}
+    assert outputs <= set(values) and set(values) == set(rec.tensor_indices)
+    out_index = rec.recorder.get_output_details()[0]["index"]
+    expected = prepared.run(feeds)[0]
+    assert np.allclose(rec.run(feeds)[0], expected, atol=1e-4)
+    assert np.allclose(values[out_index], expected, atol=1e-4)
+    assert rec.time_once() > 0
+    assert rec.op_times_ms(feeds) == {}  # the Python API cannot time ops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,11 @@ def _node_names(path) -> set[str]:
 @pytest.mark.parametrize("backend_id", sorted(ONNX_BACKENDS))
 def test_prepare_run_matches_onnxruntime_reference(backend_id, mbblock_onnx):
     _need(backend_id)
+    if backend_id == "mnn-cpu" and "tensorflow" in sys.modules:
+        # MNN's converter and TensorFlow abort when loaded in one process (protobuf
+        # descriptor clash); the xray tests load TensorFlow when they run first
+        pytest.skip("mnn-cpu converts in process, which aborts once TensorFlow is loaded; "
+                    "run tests/backends on its own to cover it")
     prepared = get_backend(backend_id).prepare(mbblock_onnx)
     feeds = prepared.random_inputs(0)
     out = prepared.run(feeds)[0]
