@@ -10,7 +10,12 @@
    initial configurations from the prior, profiled one by one through one long-lived
    :class:`~nnmeter.backends.Profiler`, then adaptive step-point rounds
    (:mod:`nnmeter.sampling.adaptive`) while the type's share of the budget lasts;
-4. training (and caching) the predictor.
+4. the calibrations of the composition terms (:func:`calibrate`);
+5. training (and caching) the predictor (:func:`train_and_cache`).
+
+The knobs of a build are one :class:`BuildSettings` record; :func:`build_predictor` also
+takes them as keywords. Each stage is its own function: :func:`collect_prior` (step 2),
+:func:`profile_kernel_types` and, per type, :func:`sample_kernel_type` (step 3).
 
 Every measurement is appended to ``datasets/kernels/<dataset>/<kernel-type>.jsonl``
 as soon as it is made; rerunning resumes (the initial list is deterministic, measured
@@ -25,28 +30,30 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
-                            PredictorError,
-                            UnsupportedOpError)
+                            SettingsError, UnknownSettingError, UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.features import model_input
 from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
 
-__all__ = ["calibrate", "build_predictor", "BuildResult", "kernel_prior_from_zoo", "importance_weights",
-           "profile_configs"]
+__all__ = ["calibrate", "build_predictor", "BuildSettings", "BuildResult", "SamplingPlan",
+           "collect_prior", "sample_kernel_type", "profile_kernel_types", "train_and_cache",
+           "kernel_prior_from_zoo", "importance_weights", "profile_configs"]
 
 logger = logging.getLogger(__name__)
 
@@ -301,72 +308,48 @@ def calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str] | None = 
     return done
 
 
-def build_predictor(
-    backend_id: str,
-    *,
-    budget_minutes: float = 20.0,
-    resume: bool = True,
-    kernels: Sequence[str] | None = None,
-    dataset: str | None = None,
-    root: str | Path | None = None,
-    rounds: int = 3,
-    initial_fraction: float = 0.6,
-    explore_fraction: float = 0.3,
-    n_per_family: int = 5,
-    seed: int = 0,
-    protocol: dict[str, Any] | None = None,
-    profiler: Any = None,
-    progress: bool = True,
-    train: bool = True,
-    max_samples_per_type: int | None = None,
-    regressor_params: dict[str, Any] | None = None,
-    rules: Any = None,
-    prior_configs: dict[str, list[dict[str, Any]]] | None = None,
-    on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
-    calibrate_boundary: bool = True,
-    calibrate_weight_stream: bool = True,
-    calibrate_reorders: bool = True,
-    calibrate_chain: bool = True,
-) -> BuildResult:
-    """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
+@dataclass(frozen=True)
+class BuildSettings:
+    """The sampling and measurement knobs of one build (see :func:`build_predictor`).
 
-    Parameters
+    Attributes
     ----------
     budget_minutes : float
-        Wall-clock budget of this run's profiling, split across kernel types by
-        importance; time a type does not use passes to the next.
+        Wall-clock budget of this run's profiling, in minutes (>= 0), split across
+        kernel types by importance; time a type does not use passes to the next.
+        0 profiles nothing (calibrations and training still run).
     resume : bool
         Continue an existing dataset (default). ``False`` refuses to touch a dataset
         that already has rows.
-    kernels : sequence of str, optional
+    kernels : tuple of str, optional
         Only these kernel types (or families: ``conv`` selects every ``conv-*`` type).
+        Any sequence of names is accepted and stored as a tuple; a bare string is not.
     dataset : str, optional
         Dataset id (folder under ``datasets/kernels``); default the backend id.
     rounds : int
-        Adaptive sampling rounds per kernel type.
+        Adaptive sampling rounds per kernel type (>= 0).
     initial_fraction : float
-        Share of a type's budget for the initial (prior) sample.
+        Share of a type's budget, in [0, 1], for the initial (prior) sample.
     explore_fraction : float
-        Share of each adaptive round's new configurations drawn fresh from the prior
-        (the rest go around high-error points). On synthetic 2-D step functions, pure
-        neighbourhood sampling fell behind uniform sampling of equal size over the
-        whole space; mixing in prior draws closed most of that gap.
-    protocol : dict, optional
-        Measurement protocol overrides (default: 4 rounds of 20 ms).
-    profiler : Profiler-like, optional
-        Anything with ``measure(graph, on_error=..., **protocol) -> Measurement``; by
-        default one :class:`~nnmeter.backends.Profiler` for the whole build.
+        Share, in [0, 1], of each adaptive round's new configurations drawn fresh from
+        the prior (the rest go around high-error points). On synthetic 2-D step
+        functions, pure neighbourhood sampling fell behind uniform sampling of equal
+        size over the whole space; mixing in prior draws closed most of that gap.
+    n_per_family : int
+        Zoo variants sampled per model family for the kernel prior (>= 0), besides the
+        family's base variant.
+    seed : int
+        Seed (>= 0) of every random choice: prior draws, adaptive rounds, regressors.
+    protocol : mapping, optional
+        Measurement protocol overrides (default :data:`DEFAULT_PROTOCOL`: 4 rounds of
+        20 ms). Stored as a read-only copy.
     train : bool
         Choose each kernel type's regressor by cross-validation (rf or lgbm, written to
         ``predictor.json``), then train and cache the predictor.
     max_samples_per_type : int, optional
-        Cap on the measurements per kernel type in this run (small test builds).
-    regressor_params : dict, optional
-        Overrides of the sampling-time regressors' hyper-parameters.
-    rules : FusionRules, optional
-        Use these rules instead of loading (or detecting) the backend's.
-    prior_configs : dict, optional
-        Kernel type → real configurations (dicts), instead of walking the zoo.
+        Cap (>= 0) on the measurements per kernel type in this run (small test builds).
+    regressor_params : mapping, optional
+        Overrides of the sampling-time regressors' hyper-parameters (read-only copy).
     calibrate_boundary : bool
         On devices whose runtime pays edge conversions (:class:`DeviceFacts`), measure
         the boundary cost of single-kernel models (``boundary.json``, the ``edges``
@@ -384,63 +367,340 @@ def build_predictor(
         (``chain_excess.json``, :mod:`nnmeter.predictors.chain`) once per dataset, after
         the other calibrations (about two minutes).
 
-    Returns
-    -------
-    BuildResult
+    Raises
+    ------
+    SettingsError
+        On construction, if a field is out of its range; the message names the field,
+        the value received and what is allowed.
+
+    Examples
+    --------
+    >>> BuildSettings(budget_minutes=5, kernels=["relu"]).kernels
+    ('relu',)
+    >>> BuildSettings(rounds=-1)
+    Traceback (most recent call last):
+    ...
+    nnmeter.errors.SettingsError: BuildSettings.rounds=-1: expected an integer >= 0
     """
-    from nnmeter.fusion import load_rules
+
+    budget_minutes: float = 20.0
+    resume: bool = True
+    kernels: tuple[str, ...] | None = None
+    dataset: str | None = None
+    rounds: int = 3
+    initial_fraction: float = 0.6
+    explore_fraction: float = 0.3
+    n_per_family: int = 5
+    seed: int = 0
+    protocol: Mapping[str, Any] | None = None
+    train: bool = True
+    max_samples_per_type: int | None = None
+    regressor_params: Mapping[str, Any] | None = None
+    calibrate_boundary: bool = True
+    calibrate_weight_stream: bool = True
+    calibrate_reorders: bool = True
+    calibrate_chain: bool = True
+
+    def __post_init__(self) -> None:
+        def fail(name: str, allowed: str) -> None:
+            raise SettingsError(f"BuildSettings.{name}={getattr(self, name)!r}: expected {allowed}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+        def is_real(v: Any) -> bool:
+            return (isinstance(v, (int, float, np.integer, np.floating))
+                    and not isinstance(v, bool) and math.isfinite(v))
+
+        if not is_real(self.budget_minutes) or self.budget_minutes < 0:
+            fail("budget_minutes", "a finite number of minutes >= 0")
+        for name in ("rounds", "n_per_family", "seed"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 0:
+                fail(name, "an integer >= 0")
+        if self.max_samples_per_type is not None and (
+                not is_int(self.max_samples_per_type) or self.max_samples_per_type < 0):
+            fail("max_samples_per_type", "None or an integer >= 0")
+        for name in ("initial_fraction", "explore_fraction"):
+            v = getattr(self, name)
+            if not is_real(v) or not 0.0 <= v <= 1.0:
+                fail(name, "a number in [0, 1]")
+        for name in ("resume", "train", "calibrate_boundary", "calibrate_weight_stream",
+                     "calibrate_reorders", "calibrate_chain"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, "True or False")
+        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
+            fail("dataset", "None or a non-empty dataset id")
+        if self.kernels is not None:
+            if isinstance(self.kernels, str) or not isinstance(self.kernels, Iterable):
+                fail("kernels", "None or a sequence of kernel type or family names, "
+                     "e.g. ['conv', 'relu'] (not one string)")
+            names = tuple(self.kernels)
+            if not all(isinstance(k, str) and k for k in names):
+                fail("kernels", "None or a sequence of non-empty kernel type or family names")
+            object.__setattr__(self, "kernels", names)
+        for name in ("protocol", "regressor_params"):
+            v = getattr(self, name)
+            if v is not None:
+                if not isinstance(v, Mapping):
+                    fail(name, "None or a mapping of keyword overrides")
+                # a read-only copy: the record stays what it was when built
+                object.__setattr__(self, name, MappingProxyType(dict(v)))
+
+
+#: keywords of :func:`build_predictor` that are not :class:`BuildSettings` fields
+_CALL_KEYWORDS = ("profiler", "progress", "rules", "prior_configs", "on_type_done", "root")
+
+
+def _resolve_settings(settings: BuildSettings | None, overrides: dict[str, Any]) -> BuildSettings:
+    """``settings`` (default: all defaults) with ``overrides`` applied.
+
+    Raises
+    ------
+    UnknownSettingError
+        If an override names no field of :class:`BuildSettings`, or ``settings`` is
+        not a BuildSettings.
+    SettingsError
+        If an override is out of its field's range.
+    """
+    if settings is not None and not isinstance(settings, BuildSettings):
+        raise UnknownSettingError(
+            f"build_predictor(settings=...) got a {type(settings).__name__}; pass a "
+            f"BuildSettings, or the settings as keywords")
+    valid = [f.name for f in dataclasses.fields(BuildSettings)]
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise UnknownSettingError(
+            f"build_predictor() got unknown keyword(s) {', '.join(unknown)}; valid ones are "
+            f"the BuildSettings fields {', '.join(valid)} and {', '.join(_CALL_KEYWORDS)}")
+    base = settings if settings is not None else BuildSettings()
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    """What a build samples: per kernel type its budget share and its prior.
+
+    ``weights`` is in sampling order (most important first) and sums to 1;
+    ``priors`` has one :class:`KernelPrior` per key of ``weights``.
+    """
+
+    weights: dict[str, float]
+    priors: dict[str, KernelPrior]
+
+
+def collect_prior(rules: Any, *, settings: BuildSettings,
+                  prior_configs: dict[str, list[dict[str, Any]]] | None = None) -> SamplingPlan:
+    """The kernel types to sample, their budget shares and priors.
+
+    Configurations come from ``prior_configs`` (kernel type → configurations) or, by
+    default, from zoo variants partitioned with ``rules``
+    (:func:`kernel_prior_from_zoo`). ``settings.kernels`` keeps only the named types
+    or families, renormalising their weights.
+    """
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.train import work_feature
-    from nnmeter.predictors.regressors import make_regressor
 
-    t_start = time.monotonic()
-    deadline = t_start + budget_minutes * 60.0
-    ds_dir = kernel_dataset_dir(dataset or backend_id, root)
-    ds = KernelDataset(ds_dir, backend_id)
-    if not resume and ds.kernel_types():
-        raise DatasetError(f"dataset {ds_dir} already has measurements and resume=False; "
-                           f"pass --resume to continue it or --dataset NEW_ID to start anew")
-    if rules is None:
-        try:
-            rules = load_rules(backend_id)
-        except FusionRulesError:
-            from nnmeter.fusion import detect_fusion
-
-            logger.warning("no fusion rules for %s; detecting them first", backend_id)
-            rules = detect_fusion(backend_id, progress=progress)
-
-    max_params = None
-    try:
-        from nnmeter.backends import get_backend
-
-        from nnmeter.predictors.facts import split_dataset_id
-
-        if get_backend(split_dataset_id(backend_id)[0]).model_format == "tflite":
-            max_params = MAX_TFLITE_KERNEL_PARAMS
-    except Exception as err:  # an unknown backend id (test doubles): no cap
-        logger.debug("no parameter cap for %s: %s", backend_id, err)
     if prior_configs is None:
         logger.info("collecting the kernel prior from the zoo")
-        zoo_configs = kernel_prior_from_zoo(rules, n_per_family=n_per_family, seed=seed)
+        zoo_configs = kernel_prior_from_zoo(rules, n_per_family=settings.n_per_family,
+                                            seed=settings.seed)
     else:
         zoo_configs = {t: list(c) for t, c in prior_configs.items()}
     weights = importance_weights(zoo_configs)
-    if kernels:
-        wanted = set(kernels)
+    if settings.kernels:
+        wanted = set(settings.kernels)
         weights = {t: w for t, w in weights.items()
                    if t in wanted or getattr(KERNEL_TYPES.get(t), "family", "") in wanted}
         norm = sum(weights.values()) or 1.0
         weights = {t: w / norm for t, w in weights.items()}
     priors = {t: KernelPrior.from_configs(t, zoo_configs[t]) for t in weights}
-    ds.directory.mkdir(parents=True, exist_ok=True)
-    _record_prior(ds.directory / "prior.json", weights, priors, kernels)
+    return SamplingPlan(weights=weights, priors=priors)
 
-    result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
+
+class _TypeMeasurer:
+    """Profiles configurations of one kernel type into the dataset and counts what it
+    measured against the type's quota (``left``, measurements this run may still take)."""
+
+    def __init__(self, kernel_type: str, *, profiler: Any, dataset: KernelDataset,
+                 protocol: dict[str, Any], on_measured: Callable[[int], None] | None,
+                 left: int) -> None:
+        self.kernel_type = kernel_type
+        self.profiler = profiler
+        self.dataset = dataset
+        self.protocol = protocol
+        self.on_measured = on_measured
+        self.left = left
+
+    def __call__(self, configs: Iterable[dict[str, Any]], origin: str,
+                 deadline: float) -> list[Sample]:
+        got = profile_configs(self.kernel_type, configs, origin, profiler=self.profiler,
+                              dataset=self.dataset, deadline=deadline,
+                              protocol=self.protocol, on_measured=self.on_measured)
+        self.left -= len(got)
+        return got
+
+
+def sample_kernel_type(kernel_type: str, *, prior: KernelPrior, settings: BuildSettings,
+                       profiler: Any, dataset: KernelDataset, deadline: float,
+                       t_start: float, max_params: float | None = None,
+                       on_measured: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Sample and profile one kernel type until ``deadline`` (``time.monotonic()``
+    seconds): power-of-two channel configurations (types with an alignment feature),
+    then the initial sample from ``prior``, then adaptive rounds.
+
+    Rows already in ``dataset`` count: measured configurations are not repeated and
+    adaptive rounds continue from the round log. ``t_start`` (monotonic seconds) is
+    the build's start, for the ``minutes`` of round logs.
+
+    Returns
+    -------
+    dict
+        ``samples`` (usable measurements of the type, old and new), ``test_acc10`` and
+        ``cv_acc10`` of the last adaptive round (None without one), ``rounds`` (run
+        now) and ``minutes`` (spent on this type).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the device measured differs from the dataset's.
+    """
+    t0 = time.monotonic()
+    done_rows = dataset.rows(kernel_type)
+    samples = [Sample(r["config"], float(r["latency_ms"]), r.get("origin", "initial"))
+               for r in done_rows if r.get("ok", True) and r.get("latency_ms")]
+    accept = _accept(kernel_type, max_params)
+    measure = _TypeMeasurer(
+        kernel_type, profiler=profiler, dataset=dataset,
+        protocol=dict(DEFAULT_PROTOCOL if settings.protocol is None else settings.protocol),
+        on_measured=on_measured,
+        left=settings.max_samples_per_type if settings.max_samples_per_type is not None
+        else 10**9)
+    measured = {config_key(r["config"]) for r in done_rows}
+    got = _profile_aligned(kernel_type, prior=prior, done_rows=done_rows, accept=accept,
+                           seed=settings.seed, measure=measure, deadline=deadline)
+    samples += got
+    measured |= {config_key(x.config) for x in got}
+    new = _profile_initial(kernel_type, prior=prior, done_rows=done_rows,
+                           measured=measured, accept=accept, settings=settings,
+                           measure=measure,
+                           deadline=t0 + settings.initial_fraction * (deadline - t0))
+    samples += new
+    dataset.log_round({"kernel_type": kernel_type, "round": 0, "n_new": len(new),
+                       "n_measured_total": len(samples),
+                       "minutes": (time.monotonic() - t_start) / 60})
+    samples, logs = _adaptive_rounds(kernel_type, samples, prior=prior, accept=accept,
+                                     settings=settings, dataset=dataset, measure=measure,
+                                     deadline=deadline, t_start=t_start)
+    return {
+        "samples": len(samples),
+        "test_acc10": logs[-1].test_acc10 if logs else None,
+        "cv_acc10": logs[-1].cv_acc10 if logs else None,
+        "rounds": len(logs), "minutes": (time.monotonic() - t0) / 60,
+    }
+
+
+def _profile_aligned(kernel_type: str, *, prior: KernelPrior, done_rows: list[dict[str, Any]],
+                     accept: Callable[[dict[str, Any]], bool], seed: int,
+                     measure: _TypeMeasurer, deadline: float) -> list[Sample]:
+    """Top the type's power-of-two channel samples up to :data:`N_ALIGNED`, if its
+    features can tell them apart; returns the new usable samples."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get(kernel_type)
+    if not ALIGNMENT_FEATURES & set(getattr(kt, "feature_names", ())):
+        return []
+    # these first, and a few: a resumed build's initial list would otherwise take all
+    # the time before them
+    have = sum(1 for r in done_rows if r.get("origin") == "aligned")
+    todo = aligned_configs(prior, max(0, min(N_ALIGNED - have, measure.left)), seed=seed,
+                           exclude=[r["config"] for r in done_rows], accept=accept)
+    got = measure(todo, "aligned", deadline)
+    logger.info("%s: %d power-of-two channel samples (%d new)", kernel_type,
+                have + len(got), len(got))
+    return got
+
+
+def _profile_initial(kernel_type: str, *, prior: KernelPrior, done_rows: list[dict[str, Any]],
+                     measured: set[str], accept: Callable[[dict[str, Any]], bool],
+                     settings: BuildSettings, measure: _TypeMeasurer,
+                     deadline: float) -> list[Sample]:
+    """Measure the type's initial sample: a deterministic list from ``prior``, skipping
+    what is measured already, ``initial_fraction`` of the quota at most; returns the
+    new usable samples."""
+    todo = itertools.islice(
+        (c for c in iter_initial(prior, seed=settings.seed, accept=accept)
+         if config_key(c) not in measured),
+        int(math.ceil(measure.left * settings.initial_fraction)))
+    n_done = sum(1 for r in done_rows if r.get("origin", "initial") == "initial")
+    new = measure(todo, "initial", deadline)
+    logger.info("%s: %d initial samples (%d new)", kernel_type, n_done + len(new), len(new))
+    return new
+
+
+def _adaptive_rounds(kernel_type: str, samples: list[Sample], *, prior: KernelPrior,
+                     accept: Callable[[dict[str, Any]], bool], settings: BuildSettings,
+                     dataset: KernelDataset, measure: _TypeMeasurer, deadline: float,
+                     t_start: float) -> tuple[list[Sample], list[Any]]:
+    """Run the type's remaining adaptive step-point rounds (continuing the round log)
+    while the deadline and quota last; returns all samples and this run's round logs.
+
+    Needs at least 12 samples to fit a regressor; with fewer, nothing runs."""
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.regressors import make_regressor
+    from nnmeter.predictors.train import work_feature
+
+    past = [r for r in dataset.rounds()
+            if r.get("kernel_type") == kernel_type and r.get("round", 0) > 0]
+    start_round = 1 + max((int(r["round"]) for r in past), default=0)
+    if len(samples) < 12 or start_round > settings.rounds:
+        return samples, []
+    norm = work_feature(KERNEL_TYPES.get(kernel_type))
+    seed = settings.seed
+
+    def measure_round(cfgs: list[dict[str, Any]], origin: str) -> list[Sample]:
+        return measure(cfgs[:max(0, measure.left)], origin, deadline)
+
+    def log_round(entry: Any) -> None:
+        d = entry.as_dict()
+        d["minutes"] = (time.monotonic() - t_start) / 60
+        dataset.log_round(d)
+
+    fresh = iter_initial(prior, seed=seed + 7919, accept=accept)
+
+    def explore(n: int, exclude: set[str]) -> list[dict[str, Any]]:
+        return list(itertools.islice((c for c in fresh if config_key(c) not in exclude), n))
+
+    res = run_adaptive(
+        kernel_type, samples, measure_round, _featurizer(kernel_type),
+        lambda: make_regressor(kernel_type, "rf", norm_feature=norm, random_state=seed,
+                               **(settings.regressor_params or {})),
+        channel_fields=prior.channel_fields, ties=prior.ties,
+        rounds=settings.rounds, start_round=start_round, per_point=10,
+        max_new_per_round=max(50, len(samples) // 2), accept=accept, seed=seed,
+        explore=explore, explore_fraction=settings.explore_fraction,
+        should_stop=lambda: time.monotonic() >= deadline or measure.left <= 0,
+        on_round=log_round)
+    return res.samples, res.logs
+
+
+def profile_kernel_types(plan: SamplingPlan, result: BuildResult, *, settings: BuildSettings,
+                         profiler: Any, dataset: KernelDataset, t_start: float,
+                         deadline: float, max_params: float | None = None,
+                         progress: bool = True,
+                         on_type_done: Callable[[str, dict[str, Any]], None] | None = None
+                         ) -> None:
+    """Sample every kernel type of ``plan`` in order (:func:`sample_kernel_type`),
+    giving each its weight's share of the time left before ``deadline``.
+
+    Fills ``result.types``, ``result.measurements`` and ``result.stopped_by_budget``;
+    calls ``on_type_done(type, summary)`` after each type.
+    """
+    current = {"type": ""}
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=int(budget_minutes * 60), unit="s", desc=f"build {backend_id}",
+        bar = tqdm(total=int(settings.budget_minutes * 60), unit="s",
+                   desc=f"build {result.backend_id}",
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}] {postfix}")
 
     def tick(_: int = 1) -> None:
@@ -449,106 +709,20 @@ def build_predictor(
             bar.n = min(bar.total, int(time.monotonic() - t_start))
             bar.set_postfix_str(f"{current['type']} n={result.measurements}", refresh=True)
 
-    current = {"type": ""}
-    own_profiler = profiler is None
-    if own_profiler:
-        from nnmeter.backends import Profiler
-
-        profiler = Profiler(backend_id)
-    proto = dict(DEFAULT_PROTOCOL if protocol is None else protocol)
     try:
         remaining_weight = 1.0
-        for t, w in weights.items():
+        for t, w in plan.weights.items():
             now = time.monotonic()
             if now >= deadline:
                 result.stopped_by_budget = True
                 break
             share = w / remaining_weight if remaining_weight > 0 else 1.0
             remaining_weight -= w
-            type_deadline = now + share * (deadline - now)
-            t0 = now
             current["type"] = t
-            done_rows = ds.rows(t)
-            measured = {config_key(r["config"]) for r in done_rows}
-            samples = [Sample(r["config"], float(r["latency_ms"]), r.get("origin", "initial"))
-                       for r in done_rows if r.get("ok", True) and r.get("latency_ms")]
-            accept = _accept(t, max_params)
-            budget_left = [max_samples_per_type if max_samples_per_type is not None else 10**9]
-            # power-of-two channel counts first (a few; a resumed build's initial list
-            # would otherwise take all the time before them)
-            kt = KERNEL_TYPES.get(t)
-            if ALIGNMENT_FEATURES & set(getattr(kt, "feature_names", ())):
-                have = sum(1 for r in done_rows if r.get("origin") == "aligned")
-                todo_aligned = aligned_configs(
-                    priors[t], max(0, min(N_ALIGNED - have, budget_left[0])), seed=seed,
-                    exclude=[r["config"] for r in done_rows], accept=accept)
-                got = profile_configs(t, todo_aligned, "aligned", profiler=profiler,
-                                      dataset=ds, deadline=type_deadline, protocol=proto,
-                                      on_measured=tick)
-                samples += got
-                measured |= {config_key(x.config) for x in got}
-                budget_left[0] -= len(got)
-                logger.info("%s: %d power-of-two channel samples (%d new)", t,
-                            have + len(got), len(got))
-            # initial sample: a deterministic list, skipping what is measured already
-            init_deadline = t0 + initial_fraction * (type_deadline - t0)
-            todo = itertools.islice(
-                (c for c in iter_initial(priors[t], seed=seed, accept=accept)
-                 if config_key(c) not in measured),
-                int(math.ceil(budget_left[0] * initial_fraction)))
-            n_initial_done = sum(1 for r in done_rows if r.get("origin", "initial") == "initial")
-            new = profile_configs(t, todo, "initial", profiler=profiler, dataset=ds,
-                                  deadline=init_deadline, protocol=proto, on_measured=tick)
-            samples += new
-            budget_left[0] -= len(new)
-            logger.info("%s: %d initial samples (%d new)", t, n_initial_done + len(new), len(new))
-            ds.log_round({"kernel_type": t, "round": 0, "n_new": len(new),
-                          "n_measured_total": len(samples),
-                          "minutes": (time.monotonic() - t_start) / 60})
-            past = [r for r in ds.rounds() if r.get("kernel_type") == t and r.get("round", 0) > 0]
-            start_round = 1 + max((int(r["round"]) for r in past), default=0)
-            logs = []
-            if len(samples) >= 12 and start_round <= rounds:
-                norm = work_feature(kt)
-
-                def measure(cfgs: list[dict[str, Any]], origin: str, _t: str = t,
-                            _d: float = type_deadline, _left: list = budget_left) -> list[Sample]:
-                    got = profile_configs(_t, cfgs[:max(0, _left[0])], origin,
-                                          profiler=profiler, dataset=ds, deadline=_d,
-                                          protocol=proto, on_measured=tick)
-                    _left[0] -= len(got)
-                    return got
-
-                def log_round(entry: Any) -> None:
-                    d = entry.as_dict()
-                    d["minutes"] = (time.monotonic() - t_start) / 60
-                    ds.log_round(d)
-
-                fresh = iter_initial(priors[t], seed=seed + 7919, accept=accept)
-
-                def explore(n: int, exclude: set[str], _g: Any = fresh) -> list[dict[str, Any]]:
-                    return list(itertools.islice(
-                        (c for c in _g if config_key(c) not in exclude), n))
-
-                res = run_adaptive(
-                    t, samples, measure, _featurizer(t),
-                    lambda _t=t, _n=norm: make_regressor(_t, "rf", norm_feature=_n,
-                                                         random_state=seed,
-                                                         **(regressor_params or {})),
-                    channel_fields=priors[t].channel_fields, ties=priors[t].ties,
-                    rounds=rounds, start_round=start_round, per_point=10,
-                    max_new_per_round=max(50, len(samples) // 2), accept=accept, seed=seed,
-                    explore=explore, explore_fraction=explore_fraction,
-                    should_stop=lambda _d=type_deadline, _l=budget_left: (
-                        time.monotonic() >= _d or _l[0] <= 0),
-                    on_round=log_round)
-                samples, logs = res.samples, res.logs
-            summary = {
-                "samples": len(samples),
-                "test_acc10": logs[-1].test_acc10 if logs else None,
-                "cv_acc10": logs[-1].cv_acc10 if logs else None,
-                "rounds": len(logs), "minutes": (time.monotonic() - t0) / 60,
-            }
+            summary = sample_kernel_type(
+                t, prior=plan.priors[t], settings=settings, profiler=profiler,
+                dataset=dataset, deadline=now + share * (deadline - now), t_start=t_start,
+                max_params=max_params, on_measured=tick)
             result.types[t] = summary
             if on_type_done is not None:
                 on_type_done(t, summary)
@@ -557,19 +731,145 @@ def build_predictor(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _open_dataset(ds_dir: Path, backend_id: str, *, resume: bool) -> KernelDataset:
+    """The build's kernel dataset. Raises DatasetError if it has rows and not resume."""
+    ds = KernelDataset(ds_dir, backend_id)
+    if not resume and ds.kernel_types():
+        raise DatasetError(f"dataset {ds_dir} already has measurements and resume=False; "
+                           f"pass --resume to continue it or --dataset NEW_ID to start anew")
+    return ds
+
+
+def _backend_rules(backend_id: str, *, progress: bool) -> Any:
+    """The backend's fusion rules, detected first if none are stored."""
+    from nnmeter.fusion import load_rules
+
+    try:
+        return load_rules(backend_id)
+    except FusionRulesError:
+        from nnmeter.fusion import detect_fusion
+
+        logger.warning("no fusion rules for %s; detecting them first", backend_id)
+        return detect_fusion(backend_id, progress=progress)
+
+
+def _param_cap(backend_id: str) -> float | None:
+    """The largest kernel (in parameters) worth sampling on ``backend_id``; None: no cap."""
+    try:
+        from nnmeter.backends import get_backend
+        from nnmeter.predictors.facts import split_dataset_id
+
+        if get_backend(split_dataset_id(backend_id)[0]).model_format == "tflite":
+            return MAX_TFLITE_KERNEL_PARAMS
+    except Exception as err:  # an unknown backend id (test doubles): no cap
+        logger.debug("no parameter cap for %s: %s", backend_id, err)
+    return None
+
+
+def _wanted_calibrations(settings: BuildSettings) -> list[str]:
+    """Names of the composition terms whose calibration ``settings`` asks for."""
+    return [name for name, wanted in (
+        ("edges", settings.calibrate_boundary), ("weight_refetch", settings.calibrate_weight_stream),
+        ("reorders", settings.calibrate_reorders), ("chain", settings.calibrate_chain)) if wanted]
+
+
+def train_and_cache(backend_id: str, dataset: KernelDataset, *, settings: BuildSettings,
+                    root: str | Path | None = None) -> None:
+    """Choose each kernel type's regressor by cross-validation (``predictor.json``),
+    then train and cache the predictor of ``dataset``."""
+    from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.train import choose_regressors
+
+    choose_regressors(dataset, seed=settings.seed)
+    load_predictor(backend_id, dataset=settings.dataset, root=root)
+
+
+def build_predictor(
+    backend_id: str,
+    settings: BuildSettings | None = None,
+    *,
+    profiler: Any = None,
+    progress: bool = True,
+    rules: Any = None,
+    prior_configs: dict[str, list[dict[str, Any]]] | None = None,
+    on_type_done: Callable[[str, dict[str, Any]], None] | None = None,
+    root: str | Path | None = None,
+    **overrides: Any,
+) -> BuildResult:
+    """Sample, profile and train kernel regressors for ``backend_id`` within a budget.
+
+    Stages: open the dataset, load (or detect) the fusion rules, :func:`collect_prior`,
+    :func:`profile_kernel_types`, :func:`calibrate` (only with the build's own
+    profiler), :func:`train_and_cache`.
+
+    Parameters
+    ----------
+    settings : BuildSettings, optional
+        The sampling and measurement knobs (default: all defaults).
+    profiler : Profiler-like, optional
+        Anything with ``measure(graph, on_error=..., **protocol) -> Measurement``; by
+        default one :class:`~nnmeter.backends.Profiler` for the whole build (and then
+        the calibrations run too).
+    progress : bool
+        Show a progress bar (and fusion detection's).
+    rules : FusionRules, optional
+        Use these rules instead of loading (or detecting) the backend's.
+    prior_configs : dict, optional
+        Kernel type → real configurations (dicts), instead of walking the zoo.
+    on_type_done : callable, optional
+        Called as ``on_type_done(kernel_type, summary)`` after each kernel type.
+    root : path, optional
+        Data root of ``datasets/kernels`` (default: the configured one).
+    **overrides
+        Fields of :class:`BuildSettings` (``budget_minutes=5``, ``kernels=["relu"]``...),
+        replacing those of ``settings``.
+
+    Returns
+    -------
+    BuildResult
+
+    Raises
+    ------
+    UnknownSettingError
+        If an override names no field of :class:`BuildSettings`.
+    SettingsError
+        If an override is out of its field's range.
+    DatasetError
+        If the dataset has rows and ``resume`` is False.
+    FingerprintMismatchError
+        If the device measured differs from the dataset's.
+    """
+    settings = _resolve_settings(settings, overrides)
+    t_start = time.monotonic()
+    deadline = t_start + settings.budget_minutes * 60.0
+    ds_dir = kernel_dataset_dir(settings.dataset or backend_id, root)
+    ds = _open_dataset(ds_dir, backend_id, resume=settings.resume)
+    if rules is None:
+        rules = _backend_rules(backend_id, progress=progress)
+    max_params = _param_cap(backend_id)
+    plan = collect_prior(rules, settings=settings, prior_configs=prior_configs)
+    ds.directory.mkdir(parents=True, exist_ok=True)
+    _record_prior(ds.directory / "prior.json", plan.weights, plan.priors, settings.kernels)
+
+    result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
+    own_profiler = profiler is None
+    if own_profiler:
+        from nnmeter.backends import Profiler
+
+        profiler = Profiler(backend_id)
+    try:
+        profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
+                             t_start=t_start, deadline=deadline, max_params=max_params,
+                             progress=progress, on_type_done=on_type_done)
+    finally:
         if own_profiler:
             profiler.close()
     result.minutes = (time.monotonic() - t_start) / 60
     ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
     if own_profiler and ds.meta() is not None:
-        calibrate(backend_id, ds.directory, [
-            name for name, wanted in (
-                ("edges", calibrate_boundary), ("weight_refetch", calibrate_weight_stream),
-                ("reorders", calibrate_reorders), ("chain", calibrate_chain)) if wanted])
-    if train:
-        from nnmeter.predictors import load_predictor
-        from nnmeter.predictors.train import choose_regressors
-
-        choose_regressors(ds, seed=seed)
-        load_predictor(backend_id, dataset=dataset, root=root)
+        calibrate(backend_id, ds.directory, _wanted_calibrations(settings))
+    if settings.train:
+        train_and_cache(backend_id, ds, settings=settings, root=root)
     return result

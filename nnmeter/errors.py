@@ -27,6 +27,8 @@ __all__ = [
     "FingerprintMismatchError",
     "XRayError",
     "InputMismatchError",
+    "SettingsError",
+    "UnknownSettingError",
 ]
 
 
@@ -117,3 +119,11 @@ class XRayError(NNMeterError, RuntimeError):
 
 class InputMismatchError(XRayError, ValueError):
     """Deployed and reference models disagree in input count, shape or dtype."""
+
+
+class SettingsError(NNMeterError, ValueError):
+    """A settings record (e.g. the builder's ``BuildSettings``) got a value out of range."""
+
+
+class UnknownSettingError(SettingsError, TypeError):
+    """A keyword names no field of the settings record it was meant for."""

@@ -256,3 +256,68 @@ def test_depthwise_types_also_get_power_of_two_channel_configs(tmp_path):
     assert len(again) <= N_ALIGNED
     keys = [config_key(r["config"]) for r in rows]
     assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("budget_minutes", -1.0), ("budget_minutes", float("nan")), ("budget_minutes", "5"),
+    ("rounds", -1), ("rounds", 1.5), ("n_per_family", -2), ("seed", True),
+    ("initial_fraction", 1.5), ("explore_fraction", -0.1),
+    ("max_samples_per_type", -3), ("resume", "yes"), ("kernels", "conv"),
+    ("kernels", ["relu", ""]), ("dataset", ""), ("protocol", [("rounds", 2)]),
+])
+def test_build_settings_reject_values_out_of_range(field, value):
+    from nnmeter.builder import BuildSettings
+    from nnmeter.errors import NNMeterError, SettingsError
+
+    with pytest.raises(SettingsError, match=rf"^BuildSettings\.{field}=.*: expected ") as info:
+        BuildSettings(**{field: value})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, NNMeterError)
+    assert "\n" not in str(info.value)
+
+
+def test_build_settings_are_frozen_copies():
+    import dataclasses
+
+    from nnmeter.builder import BuildSettings
+
+    protocol = {"rounds": 2}
+    s = BuildSettings(kernels=["relu"], protocol=protocol, max_samples_per_type=0,
+                      budget_minutes=0, initial_fraction=1, explore_fraction=0.0)
+    protocol["rounds"] = 9
+    assert s.kernels == ("relu",) and s.protocol == {"rounds": 2}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.rounds = 5
+    with pytest.raises(TypeError):
+        s.protocol["rounds"] = 3
+
+
+def test_build_predictor_rejects_unknown_keywords_listing_the_valid_ones(tmp_path):
+    from nnmeter.errors import SettingsError, UnknownSettingError
+
+    with pytest.raises(UnknownSettingError, match="budget_minuts") as info:
+        build_predictor("fake-cpu", budget_minuts=5, root=tmp_path, profiler=FakeProfiler(),
+                        rules=RULES, prior_configs=PRIOR, progress=False, train=False)
+    msg = str(info.value)
+    assert "budget_minutes" in msg and "calibrate_chain" in msg and "prior_configs" in msg
+    assert isinstance(info.value, TypeError) and isinstance(info.value, SettingsError)
+    assert not (tmp_path / "datasets").exists()  # refused before touching anything
+    with pytest.raises(SettingsError, match="rounds"):
+        build_predictor("fake-cpu", rounds=-1, root=tmp_path, profiler=FakeProfiler(),
+                        rules=RULES, prior_configs=PRIOR, progress=False, train=False)
+
+
+def test_settings_record_and_keywords_build_the_same_rows(tmp_path):
+    from nnmeter.builder import BuildSettings
+
+    kw = dict(budget_minutes=5, train=False, max_samples_per_type=20, rounds=1,
+              regressor_params={"n_estimators": 10})
+    build_predictor("fake-cpu", root=tmp_path / "a", profiler=FakeProfiler(), rules=RULES,
+                    prior_configs=PRIOR, progress=False, **kw)
+    # a settings record, with one field overridden by keyword
+    build_predictor("fake-cpu", BuildSettings(**{**kw, "rounds": 3}), rounds=1,
+                    root=tmp_path / "b", profiler=FakeProfiler(), rules=RULES,
+                    prior_configs=PRIOR, progress=False)
+    for t in PRIOR:
+        a, b = (_rows(tmp_path / d, t) for d in "ab")
+        assert [r["config"] for r in a] == [r["config"] for r in b] and a
+        assert [r["latency_ms"] for r in a] == [r["latency_ms"] for r in b]
