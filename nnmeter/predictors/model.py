@@ -503,9 +503,12 @@ def current_device(backend_id: str) -> dict[str, Any]:
             version = metadata.version(dists[0])
     except Exception:  # metadata can be incomplete; then the version is not compared
         version = ""
+    from nnmeter.predictors.facts import local_cpu_facts
+
     return {"cpu_model": local_cpu_model(), "cores": os.cpu_count() or 0,
             "runtime": backend.runtime, "runtime_version": version,
-            "settings": backend.settings(), "arch": platform.machine()}
+            "settings": backend.settings(), "arch": platform.machine(),
+            "isa": local_cpu_facts()["isa"]}
 
 
 def _compare_device(backend_id: str, device: dict[str, Any] | None) -> tuple[bool, tuple[str, ...]]:
@@ -523,4 +526,12 @@ def _compare_device(backend_id: str, device: dict[str, Any] | None) -> tuple[boo
     v_old, v_new = str(device.get("runtime_version", "")), now.get("runtime_version", "")
     if v_new and v_old and not (v_old.startswith(v_new) or v_new.startswith(v_old)):
         diffs.append("runtime_version")
+    # the ISA the kernels dispatch on: two CPUs of one model name can differ here (an
+    # AVX-512 machine's data runs 1.6-1.9x slower on an AVX2 one) and nothing else shows it
+    isa_old, isa_new = device.get("isa"), now.get("isa")
+    if isinstance(isa_old, list) and isa_new is not None and set(isa_old) != set(isa_new):
+        gone = sorted(set(isa_old) - set(isa_new))
+        extra = sorted(set(isa_new) - set(isa_old))
+        diffs.append("isa (" + ", ".join([*(f"data has {f}" for f in gone),
+                                          *(f"this CPU has {f}" for f in extra)]) + ")")
     return bool(diffs), tuple(diffs)

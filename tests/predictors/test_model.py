@@ -107,6 +107,28 @@ def test_device_mismatch_warns(predictor, caplog):
     assert "cpu_model" in " ".join(rep.warnings)
 
 
+def test_a_cpu_of_the_same_name_with_another_isa_warns(predictor, monkeypatch):
+    # the round-1 trap: an AVX2 machine fingerprints like the AVX-512 one the data is from
+    import nnmeter.predictors.facts as facts
+    from nnmeter.predictors.model import current_device
+
+    here = current_device("ort-cpu")
+    recorded = {k: here[k] for k in ("cpu_model", "cores", "arch", "runtime", "settings")}
+    recorded["isa"] = ["avx2", "fma", "avx512f", "avx512bw"]
+    monkeypatch.setattr(facts, "local_cpu_facts",
+                        lambda *a, **k: {"isa": ["avx2", "fma"], "caches": {}})
+    rep = LatencyPredictor("ort-cpu", RULES, predictor.regressors, device=recorded).predict(
+        _model())
+    assert rep.device_mismatch
+    text = " ".join(rep.warnings)
+    assert "data has avx512f" in text and "data has avx512bw" in text
+    monkeypatch.setattr(facts, "local_cpu_facts",
+                        lambda *a, **k: {"isa": ["fma", "avx512bw", "avx2", "avx512f"],
+                                         "caches": {}})
+    same = LatencyPredictor("ort-cpu", RULES, predictor.regressors, device=recorded)
+    assert same.check_device() == (False, ())
+
+
 def test_load_predictor_trains_then_uses_cache(root, tmp_path, monkeypatch):
     rules_dir = tmp_path / "rules"
     rules_dir.mkdir()
