@@ -5,7 +5,7 @@ Usage:
   flock /tmp/nnmeter-measure.lock python experiments/boundary_calibration.py \
       --backend openvino-cpu [--per-family 10] [--runs 15]
       profiles single-kernel models (worker on core 1), writes
-      datasets/kernels/<backend>/boundary.json and prints the fit.
+      datasets/kernels/<backend>@<device>/boundary.json and prints the fit.
   taskset -c 0 python experiments/boundary_calibration.py --backend openvino-cpu --evaluate
       no measurement: trains the predictor with and without the boundary removal and
       re-predicts the base models of experiments/results/backend_selection.json against
@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def calibrate(backend: str, per_family: int, runs: int) -> None:
     from nnmeter.predictors.boundary import measure_boundary, write_boundary
-    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.devices.datasets import kernel_dataset_for, own_dataset_dir
 
     os.sched_setaffinity(0, {1})
-    ds_dir = kernel_dataset_dir(backend)
+    ds_dir = own_dataset_dir(backend)  # measured here: this machine's dataset
     record = measure_boundary(backend, ds_dir, per_family=per_family, runs=runs, core=1)
     record["command"] = "flock /tmp/nnmeter-measure.lock python " + " ".join(
         shlex.quote(a) for a in sys.argv)
@@ -56,11 +56,11 @@ def _predictor(backend: str, with_boundary: bool):  # noqa: ANN202
     edges), applied even where boundary.json says not to, or without it."""
     from nnmeter.fusion import load_rules
     from nnmeter.predictors import train
-    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.devices.datasets import kernel_dataset_for
     from nnmeter.predictors.terms import TERMS
 
     names = [n for n in TERMS.ordered() if with_boundary or n != "edges"]
-    return train.train_predictor(backend, kernel_dataset_dir(backend), load_rules(backend),
+    return train.train_predictor(backend, kernel_dataset_for(backend), load_rules(backend),
                                  terms=names, force=("edges",) if with_boundary else ())
 
 
@@ -111,12 +111,13 @@ def cv_effect(backend: str) -> None:
 
     from nnmeter.predictors import train
     from nnmeter.predictors.boundary import remove_boundary
-    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.devices.datasets import kernel_dataset_for
+    from nnmeter.predictors.dataset import KernelDataset
 
     original = train.load_kernel_data
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / backend
-        shutil.copytree(kernel_dataset_dir(backend), copy)
+        shutil.copytree(kernel_dataset_for(backend), copy)
         ds = KernelDataset(copy, backend)
 
         def patched(dataset, kernel_type):  # noqa: ANN001, ANN202

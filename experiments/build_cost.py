@@ -1,7 +1,8 @@
 """Build cost per backend: kernel measurements and minutes, from the datasets on disk.
 
 Usage: python experiments/build_cost.py [--json out.json]
-Reads datasets/kernels/<backend>/ (rows, rounds.jsonl, builds.jsonl); measures nothing.
+Reads datasets/kernels/<backend>@<device>/ (this machine's, else the nearest device's:
+rows, rounds.jsonl, builds.jsonl); measures nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ def main() -> None:
     ap.add_argument("--json", default="experiments/results/build_cost.json")
     args = ap.parse_args()
     from nnmeter.predictors import available_predictors
-    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.devices.datasets import kernel_dataset_for
+    from nnmeter.predictors.dataset import KernelDataset
 
     out = {}
     print(f"{'backend':14s} {'types':>5s} {'measured':>9s} {'failed':>7s} {'minutes':>8s}")
     for b in available_predictors():
-        ds = KernelDataset(kernel_dataset_dir(b), b)
+        ds = KernelDataset(kernel_dataset_for(b), b)
         n_ok = n_fail = 0
         per_type = {}
         for t in ds.kernel_types():

@@ -55,7 +55,7 @@ def main() -> None:
     from nnmeter.predictors.terms import ChainTerm, composition_before
     from nnmeter.predictors.chain import (COMPUTE_TYPES, merge_chain,
                                           write_chain)
-    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.devices.datasets import own_dataset_dir
 
     def show(p: dict) -> None:
         cfg = p["config"]
@@ -73,7 +73,7 @@ def main() -> None:
         for p in rec["points"]:
             show(p)
     else:
-        where = kernel_dataset_dir(args.backend)
+        where = own_dataset_dir(args.backend)  # measured here: this machine's dataset
         rec = ChainTerm.measure(args.backend, where, on_point=show,
                                 before=composition_before(args.backend, where, "chain"))
         if earlier:
@@ -108,7 +108,7 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(rec, indent=1) + "\n")
         print("wrote", args.out)
         return
-    print("wrote", write_chain(kernel_dataset_dir(args.backend), rec))
+    print("wrote", write_chain(own_dataset_dir(args.backend), rec))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Would a model-level composition correction help? (It did not; kept as evidence.)
 
 Fits log(measured / predicted) = X b by ridge on a *separate* set of zoo variants (seed
-2000: datasets/models/ort-cpu@seed2000.jsonl, measured once each), with X from the
-prediction itself (log predicted ms, log weight MB, log bytes MB, log kernel count), and
-scores the corrected predictor on the test set (seed 1000). Prints 5-fold CV accuracy on
-the calibration set and test accuracy for each feature set.
+2000: datasets/models/ort-cpu@<device>/seed2000.jsonl, measured once each), with X from
+the prediction itself (log predicted ms, log weight MB, log bytes MB, log kernel count),
+and scores the corrected predictor on the test set (seed 1000: .../seed1000.jsonl).
+Prints 5-fold CV accuracy on the calibration set and test accuracy for each feature set.
 
 Usage: python experiments/composition_fit.py
 """
@@ -12,6 +12,7 @@ import json, sys, numpy as np
 from nnmeter import zoo
 from nnmeter.predictors import load_predictor
 from nnmeter.evaluate import evaluate
+from nnmeter.devices.datasets import model_set_path
 backend = "ort-cpu"
 pred = load_predictor(backend)
 
@@ -33,7 +34,7 @@ def feats(name):
         if "bytes" in fn: bts += row.features[fn.index("bytes")]
     return rep.total_ms, np.array([1.0, np.log(rep.total_ms), np.log(params * 4 / 1e6 + 0.01), np.log(bts / 1e6 + 0.01), np.log(len(rep.rows))])
 
-cal = load(f"datasets/models/{backend}@seed2000.jsonl"); test = load(f"datasets/models/{backend}.jsonl")
+cal = load(model_set_path(backend, 2000)); test = load(model_set_path(backend, 1000))
 C = [(feats(n), min(e["lat"]), e["fam"]) for n, e in sorted(cal.items())]
 T = [(feats(n), min(e["lat"]), e["fam"]) for n, e in sorted(test.items())]
 print("calibration models", len(C), "test models", len(T))

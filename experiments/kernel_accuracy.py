@@ -46,7 +46,8 @@ def main() -> None:
     from nnmeter.evaluate import evaluate
     from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors import available_predictors
-    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.devices.datasets import kernel_dataset_for
+    from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.predictors.regressors import make_regressor
     from nnmeter.predictors.train import load_kernel_data, work_feature
     from nnmeter.predictors.kernel_data import family_of as _family_of
@@ -55,7 +56,7 @@ def main() -> None:
 
     out = {}
     for b in args.backend or available_predictors():
-        ds = KernelDataset(kernel_dataset_dir(b), b)
+        ds = KernelDataset(kernel_dataset_for(b), b)
         res = {"rounds": [r for r in ds.rounds() if r.get("round", 0) > 0], "types": {}}
         print(f"\n== {b} ==")
         choice_path = ds.directory / CHOICE_FILE

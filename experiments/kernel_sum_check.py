@@ -1,11 +1,12 @@
 """Composition check: is a model's error the regressors' or the kernel sum's?
 
-For a few model-level test variants (datasets/models/ort-cpu.jsonl) this measures the
-whole model and then every distinct kernel of it *alone* (its single-kernel model, the
-same protocol as the builder), removes the per-inference overhead and the NCHWc reorders
-exactly as training does, and prints three totals: the measured model, the sum of the
-kernels' own measured times, and the prediction. When the prediction tracks the kernel
-sum but the model differs, the kernels behave differently inside the model.
+For a few model-level test variants (datasets/models/ort-cpu@<device>/seed1000.jsonl)
+this measures the whole model and then every distinct kernel of it *alone* (its
+single-kernel model, the same protocol as the builder), removes the per-inference
+overhead and the NCHWc reorders exactly as training does, and prints three totals: the
+measured model, the sum of the kernels' own measured times, and the prediction. When the
+prediction tracks the kernel sum but the model differs, the kernels behave differently
+inside the model.
 
 Usage (ort-cpu only; under the measurement lock):
   flock /tmp/nnmeter-measure.lock python experiments/kernel_sum_check.py nasbench201 0,1,2
@@ -17,11 +18,12 @@ from nnmeter.backends import Profiler
 from nnmeter.predictors import load_predictor
 from nnmeter.partition import partition
 from nnmeter.predictors.layout import reorder_elements
+from nnmeter.devices.datasets import model_set_path
 fam = sys.argv[1]; idxs = [int(x) for x in sys.argv[2].split(",")]
 pred = load_predictor("ort-cpu")
 ov = pred.overhead_ms; reorders = pred.composition.get("reorders")
 fixed, per = reorders.line; block = reorders.block
-rows = [json.loads(l) for l in open("datasets/models/ort-cpu.jsonl")]
+rows = [json.loads(l) for l in open(model_set_path("ort-cpu", 1000))]
 names = sorted({r["variant"] for r in rows if r["family"] == fam and r["ok"]})
 with Profiler("ort-cpu") as prof:
     for i in idxs:

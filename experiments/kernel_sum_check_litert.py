@@ -1,13 +1,14 @@
 """Composition check on litert-cpu: is a model's error the regressors' or the kernel sum's?
 
-For model-level test variants (datasets/models/litert-cpu.jsonl) this measures the whole
-model twice (the least is kept, as the model-level report does) and then every distinct
-kernel of it *alone* (its single-kernel .tflite model, the protocol of the builder),
-removes the per-inference overhead as training does, and prints three totals: the
-measured model, the sum of the kernels' own measured times and the prediction, then
-the same split per kernel type. When the prediction tracks the kernel sum but the model
-differs, the kernels behave differently inside the model (composition); when the
-prediction differs from the kernel sum, the regressors are off (regression error).
+For model-level test variants (datasets/models/litert-cpu@<device>/seed1000.jsonl) this
+measures the whole model twice (the least is kept, as the model-level report does) and
+then every distinct kernel of it *alone* (its single-kernel .tflite model, the protocol
+of the builder), removes the per-inference overhead as training does, and prints three
+totals: the measured model, the sum of the kernels' own measured times and the
+prediction, then the same split per kernel type. When the prediction tracks the kernel
+sum but the model differs, the kernels behave differently inside the model
+(composition); when the prediction differs from the kernel sum, the regressors are off
+(regression error).
 
 LiteRT has no blocked layout, so unlike ``kernel_sum_check.py`` (ort-cpu) there are no
 reorders to remove.
@@ -62,7 +63,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the rows to FILE")
     ap.add_argument("--seed", type=int, default=1000,
                     help="the model-level set the indices refer to (default 1000, the test "
-                         "set; 2000: datasets/models/litert-cpu@seed2000.jsonl)")
+                         "set; 2000: datasets/models/litert-cpu@<device>/seed2000.jsonl)")
     ap.add_argument("--cut-dw", action="store_true",
                     help="also measure the model without its stride-1 depthwise kernels")
     ap.add_argument("--cut-kernel", default="", metavar="SIZES",

@@ -1,5 +1,7 @@
 """Drift of the model-level test set: re-measure stored variants now, compare with then.
 
+The stored set is this machine's ``datasets/models/ort-cpu@<device>/seed1000.jsonl``.
+
 Prints, per variant, the stored pass times with their timestamp, the fresh measurement and
 the ratio; then the median ratio and the share within ±10 % / ±5 %. Saves nothing.
 
@@ -8,8 +10,9 @@ Usage: flock /tmp/nnmeter-measure.lock python experiments/measurement_drift.py m
 import json, sys, numpy as np
 from nnmeter import zoo
 from nnmeter.backends import Profiler
+from nnmeter.devices.datasets import model_set_path
 fams = sys.argv[1].split(",")
-rows = [json.loads(l) for l in open("datasets/models/ort-cpu.jsonl")]
+rows = [json.loads(l) for l in open(model_set_path("ort-cpu", 1000))]
 by = {}
 for r in rows:
     if r.get("ok") and r.get("latency_ms") and r["family"] in fams:

@@ -6,13 +6,15 @@ Usage:
       --backend ort-cpu [--n 20] [--families resnet,mobilenetv2,...] [--passes 2]
   python experiments/model_accuracy.py report --backend ort-cpu [--json out.json]
 
-``measure`` appends one row per (variant, pass) to datasets/models/<backend>.jsonl as
-it goes (resumable: measured (variant, pass) pairs are skipped). Family by family
-(cheapest first), every variant is measured once, then all of them again, through one
-Profiler, so the two measurements of a model are a minute or more apart: their
-agreement is the in-process repeatability. A time-limited run thus leaves whole
-families. The variants come from the zoo's samplers with seed 1000, which the kernel
-builder (seed 0, kernels only) never saw as whole models.
+``measure`` appends one row per (variant, pass) to
+datasets/models/<backend>@<device>/seed<seed>.jsonl (``<device>`` this machine's name
+unless ``--device`` names another; seed 1000 by default) as it goes (resumable: measured
+(variant, pass) pairs are skipped). Family by family (cheapest first), every variant is
+measured once, then all of them again, through one Profiler, so the two measurements of
+a model are a minute or more apart: their agreement is the in-process repeatability. A
+time-limited run thus leaves whole families. The variants come from the zoo's samplers
+with seed 1000, which the kernel builder (seed 0, kernels only) never saw as whole
+models.
 
 Run ``measure`` again later with a higher ``--passes`` to add a pass in a new session
 (a new worker process, hours later). ``report`` takes a model's time as the fastest of
@@ -34,15 +36,14 @@ import numpy as np
 SEED = 1000
 
 
-def _path(backend: str, seed: int = SEED) -> Path:
-    from nnmeter.predictors.dataset import data_root
+def _path(backend: str, seed: int = SEED, device: str | None = None) -> Path:
+    from nnmeter.devices.datasets import model_set_path
 
-    name = backend if seed == SEED else f"{backend}@seed{seed}"
-    return data_root() / "datasets" / "models" / f"{name}.jsonl"
+    return model_set_path(backend, seed, device)
 
 
-def _rows(backend: str, seed: int = SEED) -> list[dict]:
-    p = _path(backend, seed)
+def _rows(backend: str, seed: int = SEED, device: str | None = None) -> list[dict]:
+    p = _path(backend, seed, device)
     if not p.exists():
         return []
     out = []
@@ -66,8 +67,8 @@ def measure(args: argparse.Namespace) -> None:
     fams = args.families.split(",") if args.families else \
         [f for f in cheap_first if f in zoo.FAMILY_NAMES] + \
         [f for f in zoo.FAMILY_NAMES if f not in cheap_first]
-    done = {(r["variant"], r["pass"]) for r in _rows(args.backend, args.seed)}
-    path = _path(args.backend, args.seed)
+    done = {(r["variant"], r["pass"]) for r in _rows(args.backend, args.seed, args.device)}
+    path = _path(args.backend, args.seed, args.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_new = 0
     with Profiler(args.backend) as prof, open(path, "a") as fh:
@@ -143,7 +144,8 @@ def report(args: argparse.Namespace) -> None:
         graph_op_features,
     )
 
-    rows = [r for r in _rows(args.backend, args.seed) if r.get("ok") and r.get("latency_ms")]
+    rows = [r for r in _rows(args.backend, args.seed, args.device)
+            if r.get("ok") and r.get("latency_ms")]
     by: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: (r["pass"], r.get("timestamp") or "")):
         e = by.setdefault(r["variant"], {"family": r["family"], "lat": [], "at": [], "F": [
@@ -154,7 +156,7 @@ def report(args: argparse.Namespace) -> None:
     if not names:
         print("no measured models; run the measure step first")
         return
-    pred = load_predictor(args.backend)
+    pred = load_predictor(args.backend, device=args.device)
     graphs = [zoo.get_variant(n).build() for n in names]
     predicted = np.array(pred.predict_many(graphs))
     true = np.array([min(by[n]["lat"]) for n in names])
@@ -215,7 +217,10 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--seed", type=int, default=SEED,
                     help=f"variant seed; other than {SEED} (the test set) writes "
-                         f"datasets/models/<backend>@seed<N>.jsonl, e.g. a calibration set")
+                         f"datasets/models/<backend>@<device>/seed<N>.jsonl, e.g. a "
+                         f"calibration set")
+    ap.add_argument("--device", default=None,
+                    help="device whose measured set to use (default: this machine's)")
     ap.add_argument("--limit", type=int, default=None,
                     help="stop after this many new measurements (run again to resume): the "
                          ".tflite converter does not give back the memory of large models")

@@ -3,8 +3,8 @@
 Profiles single-kernel convolutions and poolings of the dataset (12 per kernel type,
 spread over their sizes), keeps each ``ReorderInput`` / ``ReorderOutput`` node's time
 with the elements it moved, fits :func:`nnmeter.predictors.reorder.fit_reorder_curve`
-and writes ``datasets/kernels/<backend>/reorders.json``. Prints the curve next to the
-relu line that training used before.
+and writes ``datasets/kernels/<backend>@<device>/reorders.json``. Prints the curve next
+to the relu line that training used before.
 
 Run under the measurement lock::
 
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nnmeter.predictors import load_predictor  # noqa: E402
-from nnmeter.predictors.dataset import kernel_dataset_dir  # noqa: E402
+from nnmeter.devices.datasets import own_dataset_dir  # noqa: E402
 from nnmeter.predictors.reorder import (measure_reorders, reorder_ms,  # noqa: E402
                                         write_reorders)
 
@@ -32,11 +32,11 @@ def main() -> int:
     ap.add_argument("--per-type", type=int, default=12)
     args = ap.parse_args()
     line = load_predictor(args.backend).meta.get("reorder_cost") or [0.0, 0.0]
-    rec = measure_reorders(args.backend, kernel_dataset_dir(args.backend),
+    rec = measure_reorders(args.backend, own_dataset_dir(args.backend),
                            per_type=args.per_type)
     rec["command"] = (f"flock /tmp/nnmeter-measure.lock python "
                       f"experiments/reorder_calibration.py --backend {args.backend}")
-    path = write_reorders(kernel_dataset_dir(args.backend), rec)
+    path = write_reorders(own_dataset_dir(args.backend), rec)
     curve = rec["curve"]
     print(f"{len(rec['points'])} reorders profiled -> {path}")
     print(f"{'elements':>10s} {'curve ms':>9s} {'ns/elem':>8s} {'relu line ms':>12s}")

@@ -1,13 +1,14 @@
 """Cold weights: measure the streaming rate, and check it against classifiers in models.
 
 1. ``--write``: time the calibration fc kernels (67 and 101 MB of weights) on each
-   backend and store ``datasets/kernels/<backend>/weight_stream.json``
+   backend and store ``datasets/kernels/<backend>@<device>/weight_stream.json``
    (:mod:`nnmeter.predictors.weight_stream`).
 2. For the first ``--variants`` test variants of each ``--family``
-   (``datasets/models/<backend>.jsonl``), measure the model and the model cut before its
-   first fc, alternately, ``--repeats`` times. Their difference is what the classifier
-   costs *inside* the model. It is printed next to the classifier's prediction from
-   single-kernel data alone (weights hot) and with the cold-weight floor.
+   (``datasets/models/<backend>@<device>/seed1000.jsonl``), measure the model and the
+   model cut before its first fc, alternately, ``--repeats`` times. Their difference is
+   what the classifier costs *inside* the model. It is printed next to the classifier's
+   prediction from single-kernel data alone (weights hot) and with the cold-weight
+   floor.
 
 Run under the measurement lock::
 
@@ -29,11 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nnmeter import zoo  # noqa: E402
 from nnmeter.backends import Profiler  # noqa: E402
 from nnmeter.predictors import load_predictor  # noqa: E402
-from nnmeter.predictors.dataset import kernel_dataset_dir  # noqa: E402
+from nnmeter.devices.datasets import model_set_path, own_dataset_dir  # noqa: E402
 from nnmeter.predictors.weight_stream import (measure_weight_stream,  # noqa: E402
                                               write_weight_stream)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def cut_before_first_fc(g):
@@ -49,7 +48,7 @@ def cut_before_first_fc(g):
 
 
 def variants(backend: str, family: str, n: int) -> list[str]:
-    path = ROOT / "datasets" / "models" / f"{backend}.jsonl"
+    path = model_set_path(backend, 1000)
     names = sorted({json.loads(line)["variant"] for line in path.open()
                     if f'"family": "{family}"' in line and '"ok": true' in line})
     return names[:n]
@@ -68,8 +67,8 @@ def main() -> int:
     out = []
     for backend in args.backend:
         if args.write:
-            rec = measure_weight_stream(backend, kernel_dataset_dir(backend))
-            write_weight_stream(kernel_dataset_dir(backend), rec)
+            rec = measure_weight_stream(backend, own_dataset_dir(backend))
+            write_weight_stream(own_dataset_dir(backend), rec)
             print(f"{backend}: {rec['bytes_per_ms'] / 1e6:.1f} GB/s "
                   f"(points {rec['rates_gb_s']} GB/s)", flush=True)
         families = [f for f in args.family.split(",") if f]

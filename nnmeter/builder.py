@@ -13,6 +13,11 @@
 4. the calibrations of the composition terms (:func:`calibrate`);
 5. training (and caching) the predictor (:func:`train_and_cache`).
 
+One budget bounds steps 3 to 5: profiling leaves the calibrations
+``BuildSettings.calibration_share`` of it while one is missing or partial, and training
+a reserve. A calibration cut short by its deadline keeps its points and a partial
+record, and the next build continues it.
+
 The knobs of a build are one :class:`BuildSettings` record; :func:`build_predictor` also
 takes them as keywords. Each stage is its own function: :func:`collect_prior` (step 2),
 :func:`profile_kernel_types` and, per type, :func:`sample_kernel_type` (step 3).
@@ -31,6 +36,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import json
 import itertools
 import logging
 import math
@@ -51,9 +57,10 @@ from nnmeter.sampling.adaptive import Sample, run_adaptive
 from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
 
-__all__ = ["calibrate", "build_predictor", "BuildSettings", "BuildResult", "SamplingPlan",
-           "collect_prior", "sample_kernel_type", "profile_kernel_types", "train_and_cache",
-           "kernel_prior_from_zoo", "importance_weights", "profile_configs"]
+__all__ = ["calibrate", "pending_calibrations", "build_predictor", "BuildSettings",
+           "BuildResult", "SamplingPlan", "collect_prior", "sample_kernel_type",
+           "profile_kernel_types", "train_and_cache", "kernel_prior_from_zoo",
+           "importance_weights", "profile_configs", "build_by_transfer", "TransferResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +74,22 @@ MAX_KERNEL_FLOPS = 8e9
 #: past 24 GiB here
 MAX_TFLITE_KERNEL_PARAMS = 32e6
 DEFAULT_PROTOCOL = {"rounds": 4, "round_ms": 20.0}
+#: share of a build's budget kept for training at its end (choosing the regressors by
+#: cross-validation and fitting them), and its floor in seconds
+TRAIN_RESERVE_SHARE = 0.05
+TRAIN_RESERVE_MIN_S = 20.0
+#: the reserve never takes more than this share of a (tiny) budget
+TRAIN_RESERVE_MAX_SHARE = 0.25
 
 
 @dataclass
 class BuildResult:
-    """Outcome of a build: per kernel type the samples, held-out accuracy and minutes."""
+    """Outcome of a build: per kernel type the samples, held-out accuracy and minutes.
+
+    ``minutes`` is the whole build's wall time, ``phases`` its minutes per phase
+    (``profile``: from the start to the end of profiling, ``calibrate``, ``train``; 0
+    for a phase that did not run).
+    """
 
     backend_id: str
     dataset_dir: str
@@ -79,11 +97,14 @@ class BuildResult:
     minutes: float = 0.0
     measurements: int = 0
     stopped_by_budget: bool = False
+    phases: dict[str, float] = field(
+        default_factory=lambda: {"profile": 0.0, "calibrate": 0.0, "train": 0.0})
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
                 "types": self.types, "minutes": self.minutes,
-                "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget}
+                "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget,
+                "phases": dict(self.phases)}
 
 
 def kernel_prior_from_zoo(rules: Any, *, n_per_family: int = 8, seed: int = 0,
@@ -278,33 +299,127 @@ def _record_prior(path: Path, weights: dict[str, float], priors: dict[str, Any],
     path.write_text(json.dumps(record, default=str))
 
 
-def calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str] | None = None) -> list[str]:
-    """Measure and write the calibration record of every composition term
-    (:mod:`nnmeter.predictors.terms`, in their order) that the device needs
-    (``Term.wanted`` on the dataset's device facts), that ``names`` selects (None: all)
-    and that the dataset does not hold yet. Returns the terms calibrated.
+def _record_state(path: Path) -> str:
+    """``"missing"``, ``"partial"`` (cut short by its deadline) or ``"complete"``: the
+    state of one calibration record (a file that does not parse counts as complete:
+    reading it says what is wrong)."""
+    import json
 
-    A term's ``calibration_skips`` errors skip it with a warning instead of failing.
-    """
+    if not path.exists():
+        return "missing"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "complete"
+    return "partial" if isinstance(record, dict) and record.get("partial") else "complete"
+
+
+def pending_calibrations(backend_id: str, dataset_dir: Path,
+                         names: Sequence[str] | None = None) -> list[str]:
+    """The composition terms (in their order) whose calibration :func:`calibrate` would
+    run now: those the device needs (``Term.wanted`` on the dataset's device facts; the
+    defaults before the dataset has a device), that ``names`` selects (None: all) and
+    whose record is missing or ``partial``."""
     from nnmeter.predictors.facts import device_facts
-    from nnmeter.predictors.terms import TERMS, composition_before
+    from nnmeter.predictors.terms import TERMS
 
-    ds = KernelDataset(dataset_dir, backend_id)
-    facts = device_facts((ds.meta() or {}).get("device"))
-    done = []
+    facts = device_facts((KernelDataset(dataset_dir, backend_id).meta() or {}).get("device"))
+    out = []
     for name in TERMS.ordered():
         term = TERMS.get(name)
         if term.record_file is None or (names is not None and name not in names) \
-                or not term.wanted(facts) or (dataset_dir / term.record_file).exists():
+                or not term.wanted(facts):
             continue
+        if _record_state(Path(dataset_dir) / term.record_file) != "complete":
+            out.append(name)
+    return out
+
+
+def _planned_work(term: Any, backend_id: str, dataset_dir: Path) -> float | None:
+    """What ``term``'s calibration still has to measure (``planned_work``), or None
+    when the term does not say."""
+    planned = getattr(term, "planned_work", None)
+    if planned is None:
+        return None
+    try:
+        return max(float(planned(backend_id, dataset_dir)), 0.0)
+    except (DatasetError, ValueError, KeyError) as err:  # the measure call will say why
+        logger.debug("%s: no planned work (%s)", term.name, err)
+        return None
+
+
+def calibrate(backend_id: str, dataset_dir: Path, names: Sequence[str] | None = None, *,
+              deadline: float | None = None, progress: bool = False) -> list[str]:
+    """Measure and write the calibration record of every composition term
+    (:mod:`nnmeter.predictors.terms`, in their order) that the device needs
+    (``Term.wanted`` on the dataset's device facts), that ``names`` selects (None: all)
+    and that the dataset does not hold yet or holds ``partial``
+    (:func:`pending_calibrations`). Returns the terms calibrated (whose record was
+    written, complete or partial); the partial ones are logged as warnings.
+
+    Parameters
+    ----------
+    deadline : float, optional
+        A ``time.monotonic()`` time that bounds all calibrations together. The time
+        left is split among the pending terms in proportion to the work each still
+        has (its ``planned_work(backend_id, dataset_dir)``: measurements times rounds;
+        a term that does not say counts as the mean of the others), each in turn
+        getting its share of what is left then, so time one does not use passes to the
+        next. A term cut short writes a ``partial`` record, which a later call
+        continues from the term's points file; a term with no time left is not
+        started. None: every calibration runs to completion.
+    progress : bool
+        Show each calibration's progress bar.
+
+    A term's ``calibration_skips`` errors skip it with a warning instead of failing.
+    Once a complete record is written, the term's points file
+    (``<record stem>.points.jsonl``) is removed.
+    """
+    from nnmeter.predictors.chain import points_path
+    from nnmeter.predictors.terms import TERMS, composition_before
+
+    dataset_dir = Path(dataset_dir)
+    todo = pending_calibrations(backend_id, dataset_dir, names)
+    for name in TERMS.ordered():  # points a complete record has made obsolete
+        term = TERMS.get(name)
+        if term.record_file is not None and name not in todo and \
+                _record_state(dataset_dir / term.record_file) == "complete":
+            points_path(dataset_dir, term.record_file).unlink(missing_ok=True)
+    work: dict[str, float] = {}
+    if deadline is not None and todo:
+        said = {n: _planned_work(TERMS.get(n), backend_id, dataset_dir) for n in todo}
+        known = [w for w in said.values() if w is not None]
+        default = sum(known) / len(known) if known else 1.0
+        work = {n: default if w is None else w for n, w in said.items()}
+    done = []
+    for i, name in enumerate(todo):
+        term = TERMS.get(name)
+        own_deadline = None
+        if deadline is not None:
+            now = time.monotonic()
+            if now >= deadline:
+                logger.warning("no calibration time left for %s; the next build measures "
+                               "it (give it more --budget-minutes)", term.calibration or name)
+                continue
+            rest = sum(work[n] for n in todo[i:])
+            own_deadline = now + (work[name] / rest if rest > 0 else 1.0) * (deadline - now)
         logger.info("measuring %s", term.calibration or name)
         try:
             before = composition_before(backend_id, dataset_dir, name) \
                 if term.measures_after else None
-            term.write(dataset_dir, term.measure(backend_id, dataset_dir, before=before))
+            record = term.measure(backend_id, dataset_dir, before=before,
+                                  deadline=own_deadline, progress=progress)
+            term.write(dataset_dir, record)
             done.append(name)
         except term.calibration_skips as err:
             logger.warning("%s calibration skipped: %s", name, err)
+            continue
+        if record.get("partial"):
+            logger.warning("%s calibration stopped at its deadline with %s of %s points; "
+                           "its record is partial and the next build continues it",
+                           name, record.get("points_measured"), record.get("points_planned"))
+        else:
+            points_path(dataset_dir, term.record_file).unlink(missing_ok=True)
     return done
 
 
@@ -315,9 +430,23 @@ class BuildSettings:
     Attributes
     ----------
     budget_minutes : float
-        Wall-clock budget of this run's profiling, in minutes (>= 0), split across
-        kernel types by importance; time a type does not use passes to the next.
-        0 profiles nothing (calibrations and training still run).
+        Wall-clock budget of the whole run, in minutes (>= 0): profiling, the
+        calibrations and training together (see ``calibration_share``). Profiling time
+        is split across kernel types by importance; time a type does not use passes to
+        the next. 0 profiles nothing; the calibrations then run to completion, and
+        training runs.
+    calibration_share : float
+        Share of the budget, in [0, 1), for the calibrations when the build runs them
+        (with its own profiler) and one of them is missing or partial: profiling then
+        stops at ``budget × (1 − calibration_share)`` less the training reserve
+        (:data:`TRAIN_RESERVE_SHARE` of the budget, at least
+        :data:`TRAIN_RESERVE_MIN_S` seconds, never more than
+        :data:`TRAIN_RESERVE_MAX_SHARE` of the budget; none when
+        ``train`` is False), and the calibrations take the time from there up to the
+        budget less the reserve (split among them by their planned work, see
+        :func:`calibrate`). A calibration cut short keeps a partial record that the
+        next build continues. With every calibration done, profiling keeps the budget
+        less the reserve.
     resume : bool
         Continue an existing dataset (default). ``False`` refuses to touch a dataset
         that already has rows.
@@ -365,7 +494,8 @@ class BuildSettings:
     calibrate_chain : bool
         Measure chains of identical kernels against the single kernel
         (``chain_excess.json``, :mod:`nnmeter.predictors.chain`) once per dataset, after
-        the other calibrations (about two minutes).
+        the other calibrations (the longest: 5 to 19 minutes unbounded, so most builds
+        spread it over several runs).
 
     Raises
     ------
@@ -400,6 +530,7 @@ class BuildSettings:
     calibrate_weight_stream: bool = True
     calibrate_reorders: bool = True
     calibrate_chain: bool = True
+    calibration_share: float = 0.35
 
     def __post_init__(self) -> None:
         def fail(name: str, allowed: str) -> None:
@@ -424,6 +555,8 @@ class BuildSettings:
             v = getattr(self, name)
             if not is_real(v) or not 0.0 <= v <= 1.0:
                 fail(name, "a number in [0, 1]")
+        if not is_real(self.calibration_share) or not 0.0 <= self.calibration_share < 1.0:
+            fail("calibration_share", "a number in [0, 1) (the budget's share for calibrations)")
         for name in ("resume", "train", "calibrate_boundary", "calibrate_weight_stream",
                      "calibrate_reorders", "calibrate_chain"):
             if not isinstance(getattr(self, name), bool):
@@ -802,7 +935,11 @@ def build_predictor(
 
     Stages: open the dataset, load (or detect) the fusion rules, :func:`collect_prior`,
     :func:`profile_kernel_types`, :func:`calibrate` (only with the build's own
-    profiler), :func:`train_and_cache`.
+    profiler), :func:`train_and_cache`. ``budget_minutes`` bounds them together:
+    profiling stops early enough to leave the calibrations their share when one is
+    missing or partial, and training its reserve (``BuildSettings.calibration_share``).
+    The run is logged to the dataset's ``builds.jsonl`` (:meth:`BuildResult.as_dict`,
+    with its minutes per phase), even when calibrating or training fails.
 
     Parameters
     ----------
@@ -844,7 +981,14 @@ def build_predictor(
     settings = _resolve_settings(settings, overrides)
     t_start = time.monotonic()
     deadline = t_start + settings.budget_minutes * 60.0
-    ds_dir = kernel_dataset_dir(settings.dataset or backend_id, root)
+    if not settings.dataset:
+        from dataclasses import replace
+
+        from nnmeter.devices.datasets import default_dataset_id
+
+        # this machine's own dataset: <backend>@<device name>
+        settings = replace(settings, dataset=default_dataset_id(backend_id, root))
+    ds_dir = kernel_dataset_dir(settings.dataset, root)
     ds = _open_dataset(ds_dir, backend_id, resume=settings.resume)
     if rules is None:
         rules = _backend_rules(backend_id, progress=progress)
@@ -855,21 +999,196 @@ def build_predictor(
 
     result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
     own_profiler = profiler is None
+    # one budget for profiling, calibrations and training (BuildSettings.calibration_share)
+    budget_s = settings.budget_minutes * 60.0
+    reserve_s = min(TRAIN_RESERVE_MAX_SHARE * budget_s,
+                    max(TRAIN_RESERVE_SHARE * budget_s, TRAIN_RESERVE_MIN_S)) \
+        if settings.train else 0.0
+    calibrations = _wanted_calibrations(settings) if own_profiler else []
+    share = settings.calibration_share if calibrations and pending_calibrations(
+        backend_id, ds.directory, calibrations) else 0.0
+    profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
+    calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
     if own_profiler:
         from nnmeter.backends import Profiler
 
         profiler = Profiler(backend_id)
     try:
         profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
-                             t_start=t_start, deadline=deadline, max_params=max_params,
-                             progress=progress, on_type_done=on_type_done)
+                             t_start=t_start, deadline=profile_deadline,
+                             max_params=max_params, progress=progress,
+                             on_type_done=on_type_done)
     finally:
         if own_profiler:
             profiler.close()
-    result.minutes = (time.monotonic() - t_start) / 60
-    ds.append_raw("builds.jsonl", {k: v for k, v in result.as_dict().items()})
-    if own_profiler and ds.meta() is not None:
-        calibrate(backend_id, ds.directory, _wanted_calibrations(settings))
-    if settings.train:
-        train_and_cache(backend_id, ds, settings=settings, root=root)
+    result.phases["profile"] = (time.monotonic() - t_start) / 60
+    try:
+        if own_profiler and ds.meta() is not None:
+            t_phase = time.monotonic()
+            calibrate(backend_id, ds.directory, calibrations, deadline=calibrate_deadline,
+                      progress=progress)
+            result.phases["calibrate"] = (time.monotonic() - t_phase) / 60
+        if settings.train:
+            t_phase = time.monotonic()
+            train_and_cache(backend_id, ds, settings=settings, root=root)
+            result.phases["train"] = (time.monotonic() - t_phase) / 60
+    finally:
+        result.minutes = (time.monotonic() - t_start) / 60
+        ds.append_raw("builds.jsonl", result.as_dict())
+    return result
+
+
+@dataclass
+class TransferResult:
+    """What a transfer build did. ``phases`` holds minutes per phase (``plan``,
+    ``measure``, ``calibrate``, ``train``)."""
+
+    backend_id: str
+    dataset_dir: str
+    source: str
+    measurements: int = 0
+    planned: int = 0
+    minutes: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    calibrated: list[str] = field(default_factory=list)
+    stopped_by_budget: bool = False
+    types: dict[str, int] = field(default_factory=dict)
+    correction: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
+                "source": self.source, "measurements": self.measurements,
+                "planned": self.planned, "minutes": self.minutes, "phases": self.phases,
+                "calibrated": self.calibrated, "stopped_by_budget": self.stopped_by_budget,
+                "types": self.types, "correction": self.correction}
+
+    def summary(self) -> str:
+        lines = [f"transfer {self.source} -> {Path(self.dataset_dir).name}: "
+                 f"{self.measurements} kernel measurements here ({self.planned} planned), "
+                 f"{self.minutes:.1f} min in all "
+                 f"({', '.join(f'{k} {v:.1f}' for k, v in self.phases.items())})"]
+        if self.calibrated:
+            lines.append(f"calibrated: {', '.join(self.calibrated)}")
+        if self.correction:
+            med = self.correction.get("median_ratio")
+            if med:
+                lines.append(f"this device runs the source's kernels at a median "
+                             f"{med:.2f}x their time ({self.correction.get('rows', 0)} rows)")
+        if self.stopped_by_budget:
+            lines.append("stopped by the budget; rerun the same command to continue")
+        lines.append(f"data in {self.dataset_dir}")
+        return "\n".join(lines)
+
+
+def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 10.0,
+                   dataset: str | None = None, profiler: Any = None, progress: bool = True,
+                   root: Any = None, limit: int = 1000) -> TransferResult:
+    """Build this machine's predictor for ``backend_id`` by adapting ``source``'s
+    (:mod:`nnmeter.predictors.transfer`) within ``budget_minutes`` of wall time, all
+    phases included: plan, measure the planned kernels, calibrate, train.
+
+    Resumable: configurations already in the dataset are not measured again, and the
+    calibrations continue where they stopped.
+
+    Raises
+    ------
+    DatasetError
+        If ``source`` names no usable dataset, or the target dataset belongs to
+        another device.
+    SettingsError
+        If ``budget_minutes`` is not a positive number.
+    """
+    from nnmeter.devices.datasets import default_dataset_id
+    from nnmeter.errors import SettingsError
+    from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.dataset import write_calibration
+    from nnmeter.predictors.transfer import (
+        CALIBRATION_SHARE, MIN_PER_TYPE, PLAN_SEED, PLAN_VARIANTS, SAMPLE_SHARE,
+        TRANSFER_FILE, find_source, plan_configs,
+    )
+    from nnmeter.sampling.prior import config_key
+
+    if not (isinstance(budget_minutes, (int, float)) and math.isfinite(budget_minutes)
+            and budget_minutes > 0):
+        raise SettingsError(f"--budget-minutes must be a positive number of minutes, got "
+                            f"{budget_minutes!r}")
+    t0 = time.monotonic()
+    budget = budget_minutes * 60.0
+    src = find_source(backend_id, source, root)
+    dataset = dataset or default_dataset_id(backend_id, root)
+    if dataset == src.dataset_id:
+        raise DatasetError(f"--transfer-from {source!r} is this machine's own dataset "
+                           f"({dataset}); a transfer adapts another device's predictor")
+    ds_dir = kernel_dataset_dir(dataset, root)
+    ds = KernelDataset(ds_dir, backend_id)
+    ds_dir.mkdir(parents=True, exist_ok=True)
+    rec_path = ds_dir / TRANSFER_FILE
+    if rec_path.exists():
+        old = json.loads(rec_path.read_text())
+        if old.get("source_dataset") != src.dataset_id:
+            raise DatasetError(f"{ds_dir} was transferred from {old.get('source_dataset')!r}, "
+                               f"not {src.dataset_id!r}; delete {rec_path} to change the "
+                               f"source, or pass another --dataset")
+    else:
+        write_calibration(ds_dir, TRANSFER_FILE, {
+            "source_dataset": src.dataset_id, "source_backend": src.backend_id,
+            "source": src.device_name or src.dataset_id,
+            "source_fingerprint_id": src.fingerprint_id,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "plan": {"variants_per_family": PLAN_VARIANTS, "seed": PLAN_SEED,
+                     "limit": limit, "min_per_type": MIN_PER_TYPE}})
+    result = TransferResult(backend_id, str(ds_dir), src.dataset_id)
+
+    src_pred = load_predictor(src.backend_id, dataset=src.dataset_id, root=root)
+    plan = plan_configs(src_pred, src.directory, backend_id, limit=limit)
+    result.planned = len(plan)
+    done = {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
+            if isinstance(r.get("config"), dict)}
+    todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
+    result.phases["plan"] = (time.monotonic() - t0) / 60
+    measure_deadline = t0 + SAMPLE_SHARE * budget
+
+    own = profiler is None
+    if own:
+        from nnmeter.backends import Profiler
+
+        profiler = Profiler(backend_id)
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc="transfer: measuring kernels", unit="cfg",
+                   leave=True)
+    t1 = time.monotonic()
+    try:
+        for t, cfg, _why in todo:
+            if time.monotonic() >= measure_deadline:
+                result.stopped_by_budget = True
+                break
+            got = profile_configs(t, [cfg], "transfer", profiler=profiler, dataset=ds,
+                                  deadline=measure_deadline)
+            result.measurements += 1
+            result.types[t] = result.types.get(t, 0) + len(got)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        if own:
+            profiler.close()
+    result.phases["measure"] = (time.monotonic() - t1) / 60
+
+    t2 = time.monotonic()
+    if own and ds.meta() is not None:
+        cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
+        result.calibrated = list(calibrate(backend_id, ds_dir, None, deadline=cal_deadline,
+                                           progress=progress))
+    result.phases["calibrate"] = (time.monotonic() - t2) / 60
+
+    t3 = time.monotonic()
+    pred = load_predictor(backend_id, dataset=dataset, root=root)
+    result.correction = dict(pred.meta.get("transfer", {}).get("summary", {}))
+    result.phases["train"] = (time.monotonic() - t3) / 60
+    result.minutes = (time.monotonic() - t0) / 60
+    ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
     return result

@@ -29,6 +29,7 @@ __all__ = [
     "InputMismatchError",
     "SettingsError",
     "UnknownSettingError",
+    "DeviceError",
 ]
 
 
@@ -127,3 +128,8 @@ class SettingsError(NNMeterError, ValueError):
 
 class UnknownSettingError(SettingsError, TypeError):
     """A keyword names no field of the settings record it was meant for."""
+
+
+class DeviceError(NNMeterError, ValueError):
+    """A device record (e.g. a stored ``CpuInfo``) is malformed: not a mapping, a field
+    missing or unknown, or a field of the wrong type or out of range."""

@@ -46,6 +46,7 @@ PRIOR = {
 
 
 def _build(tmp_path, profiler, n, **kw):
+    kw.setdefault("dataset", "fake-cpu")
     return build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=profiler,
                            rules=RULES, prior_configs=PRIOR, progress=False, train=False,
                            max_samples_per_type=n, rounds=2,
@@ -123,7 +124,7 @@ def test_importance_weights_favour_conv():
 @pytest.mark.integration
 def test_tiny_real_build_on_ort(tmp_path):
     pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
-    res = build_predictor("ort-cpu", budget_minutes=3, root=tmp_path, rules=RULES,
+    res = build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=3, root=tmp_path, rules=RULES,
                           prior_configs=PRIOR, progress=False, train=False,
                           max_samples_per_type=6, rounds=1,
                           protocol={"rounds": 2, "round_ms": 5.0, "calibrate": False},
@@ -189,9 +190,10 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     monkeypatch.setattr(backends, "Profiler", OwnProfiler)
     monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
     monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
-    monkeypatch.setattr(ChainTerm, "measure", classmethod(lambda cls, b, d, before: fake_chain(b, d)))
+    monkeypatch.setattr(ChainTerm, "measure",
+                        classmethod(lambda cls, b, d, before, **kw: fake_chain(b, d)))
     for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
-        build_predictor(backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
+        build_predictor(backend_id, dataset=backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,
                         max_samples_per_type=3, rounds=0)
     assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
@@ -221,10 +223,10 @@ def test_a_build_limited_to_some_kernels_keeps_the_full_prior_record(tmp_path):
     common = dict(budget_minutes=1, root=tmp_path, profiler=profiler, rules=RULES,
                   prior_configs=PRIOR, progress=False, train=False,
                   max_samples_per_type=3, rounds=0)
-    build_predictor("fake-cpu", **common)
+    build_predictor("fake-cpu", dataset="fake-cpu", **common)
     path = kernel_dataset_dir("fake-cpu", tmp_path) / "prior.json"
     full = json.loads(path.read_text())
-    build_predictor("fake-cpu", kernels=["relu"], resume=True, **common)
+    build_predictor("fake-cpu", dataset="fake-cpu", kernels=["relu"], resume=True, **common)
     after = json.loads(path.read_text())
     assert after["weights"] == full["weights"]  # the full run's record survives
     assert set(after["priors"]) == set(full["priors"])
@@ -238,7 +240,7 @@ def test_depthwise_types_also_get_power_of_two_channel_configs(tmp_path):
     prior["dwconv-bn"] = [{"h": h, "w": h, "cin": c, "kernel": k, "stride": 1, "pads": None}
                           for h, c in ((28, 96), (14, 384), (14, 576), (7, 960))
                           for k in (3, 5, 7)]
-    build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
+    build_predictor("fake-cpu", dataset="fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
                     rules=RULES, prior_configs=prior, progress=False, train=False,
                     max_samples_per_type=200, rounds=1, regressor_params={"n_estimators": 20})
     aligned = [r for r in _rows(tmp_path, "dwconv-bn") if r["origin"] == "aligned"]
@@ -248,7 +250,7 @@ def test_depthwise_types_also_get_power_of_two_channel_configs(tmp_path):
     # only types whose features can tell an aligned channel count apart
     assert not [r for r in _rows(tmp_path, "conv-bn-relu") if r["origin"] == "aligned"]
     # a resumed build tops up to N_ALIGNED and never measures a config twice
-    build_predictor("fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
+    build_predictor("fake-cpu", dataset="fake-cpu", budget_minutes=5, root=tmp_path, profiler=FakeProfiler(),
                     rules=RULES, prior_configs=prior, progress=False, train=False,
                     max_samples_per_type=200, rounds=1, regressor_params={"n_estimators": 20})
     rows = _rows(tmp_path, "dwconv-bn")
@@ -295,14 +297,14 @@ def test_build_predictor_rejects_unknown_keywords_listing_the_valid_ones(tmp_pat
     from nnmeter.errors import SettingsError, UnknownSettingError
 
     with pytest.raises(UnknownSettingError, match="budget_minuts") as info:
-        build_predictor("fake-cpu", budget_minuts=5, root=tmp_path, profiler=FakeProfiler(),
+        build_predictor("fake-cpu", dataset="fake-cpu", budget_minuts=5, root=tmp_path, profiler=FakeProfiler(),
                         rules=RULES, prior_configs=PRIOR, progress=False, train=False)
     msg = str(info.value)
     assert "budget_minutes" in msg and "calibrate_chain" in msg and "prior_configs" in msg
     assert isinstance(info.value, TypeError) and isinstance(info.value, SettingsError)
     assert not (tmp_path / "datasets").exists()  # refused before touching anything
     with pytest.raises(SettingsError, match="rounds"):
-        build_predictor("fake-cpu", rounds=-1, root=tmp_path, profiler=FakeProfiler(),
+        build_predictor("fake-cpu", dataset="fake-cpu", rounds=-1, root=tmp_path, profiler=FakeProfiler(),
                         rules=RULES, prior_configs=PRIOR, progress=False, train=False)
 
 
@@ -311,13 +313,146 @@ def test_settings_record_and_keywords_build_the_same_rows(tmp_path):
 
     kw = dict(budget_minutes=5, train=False, max_samples_per_type=20, rounds=1,
               regressor_params={"n_estimators": 10})
-    build_predictor("fake-cpu", root=tmp_path / "a", profiler=FakeProfiler(), rules=RULES,
+    build_predictor("fake-cpu", dataset="fake-cpu", root=tmp_path / "a", profiler=FakeProfiler(), rules=RULES,
                     prior_configs=PRIOR, progress=False, **kw)
     # a settings record, with one field overridden by keyword
-    build_predictor("fake-cpu", BuildSettings(**{**kw, "rounds": 3}), rounds=1,
+    build_predictor("fake-cpu", BuildSettings(**{**kw, "rounds": 3}), rounds=1, dataset="fake-cpu",
                     root=tmp_path / "b", profiler=FakeProfiler(), rules=RULES,
                     prior_configs=PRIOR, progress=False)
     for t in PRIOR:
         a, b = (_rows(tmp_path / d, t) for d in "ab")
         assert [r["config"] for r in a] == [r["config"] for r in b] and a
         assert [r["latency_ms"] for r in a] == [r["latency_ms"] for r in b]
+
+
+@pytest.mark.parametrize("value", [1.0, 1.5, -0.1, float("nan"), "0.3", True, None])
+def test_build_settings_reject_a_calibration_share_outside_zero_to_one(value):
+    from nnmeter.builder import BuildSettings
+    from nnmeter.errors import SettingsError
+
+    with pytest.raises(SettingsError, match=r"^BuildSettings\.calibration_share=.*in \[0, 1\)"):
+        BuildSettings(calibration_share=value)
+    assert BuildSettings(calibration_share=0).calibration_share == 0
+    assert BuildSettings().calibration_share == 0.35
+
+
+def _fake_calibrations(monkeypatch, work, partial=()):
+    """Replace the weight-stream and chain calibrations by fakes that record the
+    deadline each got and take no time; ``work`` is what each says it has to measure."""
+    import time
+
+    from nnmeter.predictors import terms
+    from nnmeter.predictors.composition import Composition
+    from nnmeter.predictors.terms import ChainTerm, RefetchTerm
+
+    got = []
+
+    def fake(term):
+        def measure(cls, backend_id, dataset_dir, *, before=None, deadline=None,
+                    progress=False):
+            got.append((term.name, time.monotonic(), deadline))
+            rec = {"fingerprint_id": KernelDataset(dataset_dir, backend_id).fingerprint_id,
+                   "bytes_per_ms": 1e7, "excess_ms": 0.0, "points": []}
+            if term.name in partial:
+                rec.update(partial=True, points_planned=10, points_measured=4)
+            return rec
+        return classmethod(measure)
+
+    for term in (RefetchTerm, ChainTerm):
+        monkeypatch.setattr(term, "measure", fake(term))
+        monkeypatch.setattr(term, "planned_work",
+                            classmethod(lambda cls, b, d, n=work[term.name]: n))
+    monkeypatch.setattr(terms, "composition_before", lambda *a: Composition(()))
+    return got
+
+
+def _calibration_dataset(tmp_path):
+    d = kernel_dataset_dir("fake-cpu", tmp_path)
+    d.mkdir(parents=True)
+    device = FakeProfiler().device.as_dict()  # runtime "fake": no reorders, no edges
+    (d / "dataset.json").write_text(json.dumps({"backend_id": "fake-cpu", "device": device,
+                                                "fingerprint_id": device["fingerprint_id"]}))
+    return d
+
+
+def test_calibrate_splits_its_deadline_by_planned_work_and_continues_partial_records(
+        tmp_path, monkeypatch, caplog):
+    import logging
+    import time
+
+    from nnmeter.builder import calibrate, pending_calibrations
+    from nnmeter.predictors.chain import points_path
+
+    d = _calibration_dataset(tmp_path)
+    got = _fake_calibrations(monkeypatch, {"weight_refetch": 1, "chain": 3}, partial=("chain",))
+    for name in ("weight_stream.json", "chain_excess.json"):
+        points_path(d, name).write_text("{}\n")
+    assert pending_calibrations("fake-cpu", d) == ["weight_refetch", "chain"]
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="nnmeter.builder"):
+        assert calibrate("fake-cpu", d, deadline=start + 100.0) == ["weight_refetch", "chain"]
+    (first, t1, d1), (second, t2, d2) = got
+    assert (first, second) == ("weight_refetch", "chain")
+    assert d1 - t1 == pytest.approx(25.0, abs=1.0)  # 1 of 4 units of work
+    assert d2 == pytest.approx(start + 100.0, abs=1e-6)  # the rest: all that is left
+    assert any("partial" in r.getMessage() and "chain" in r.getMessage() for r in caplog.records)
+    # the complete record replaced its points; the partial one keeps them
+    assert not points_path(d, "weight_stream.json").exists()
+    assert points_path(d, "chain_excess.json").exists()
+    # a partial record is calibrated again, a complete one is not
+    assert pending_calibrations("fake-cpu", d) == ["chain"]
+    assert calibrate("fake-cpu", d) == ["chain"] and got[-1][0] == "chain" and got[-1][2] is None
+    assert len(got) == 3
+
+
+def test_calibrate_starts_nothing_without_time_left(tmp_path, monkeypatch, caplog):
+    import logging
+    import time
+
+    from nnmeter.builder import calibrate
+
+    d = _calibration_dataset(tmp_path)
+    got = _fake_calibrations(monkeypatch, {"weight_refetch": 1, "chain": 3})
+    with caplog.at_level(logging.WARNING, logger="nnmeter.builder"):
+        assert calibrate("fake-cpu", d, deadline=time.monotonic() - 1.0) == []
+    assert got == [] and not (d / "chain_excess.json").exists()
+    assert sum("no calibration time left" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("train, records", [(False, False), (True, False), (True, True)])
+def test_the_budget_bounds_profiling_calibrations_and_training(tmp_path, monkeypatch, train,
+                                                               records):
+    import time
+
+    import nnmeter.backends as backends
+    import nnmeter.builder as builder
+
+    d = _calibration_dataset(tmp_path)
+    if records:  # every calibration done: profiling keeps the budget less the reserve
+        for name in ("weight_stream.json", "chain_excess.json"):
+            (d / name).write_text(json.dumps({"fingerprint_id": "x"}))
+    seen = {}
+
+    def fake_profile(plan, result, *, deadline, **kw):
+        seen["profile"] = deadline
+
+    def fake_calibrate(backend_id, dataset_dir, names=None, *, deadline=None, progress=False):
+        seen["calibrate"] = deadline
+        return []
+
+    monkeypatch.setattr(backends, "Profiler", lambda backend_id: FakeProfiler())
+    monkeypatch.setattr(builder, "profile_kernel_types", fake_profile)
+    monkeypatch.setattr(builder, "calibrate", fake_calibrate)
+    monkeypatch.setattr(builder, "train_and_cache", lambda *a, **kw: seen.setdefault("train", 1))
+    t0 = time.monotonic()
+    res = build_predictor("fake-cpu", dataset="fake-cpu", budget_minutes=2, root=tmp_path,
+                          rules=RULES, prior_configs=PRIOR, progress=False, train=train)
+    reserve = 20.0 if train else 0.0  # 5 % of 120 s is below the 20 s floor
+    share = 0.0 if records else 0.35
+    assert seen["profile"] - t0 == pytest.approx(120 * (1 - share) - reserve, abs=2.0)
+    assert seen["calibrate"] - t0 == pytest.approx(120 - reserve, abs=2.0)
+    assert ("train" in seen) == train
+    logged = json.loads((d / "builds.jsonl").read_text().splitlines()[-1])
+    assert set(logged["phases"]) == {"profile", "calibrate", "train"}
+    assert logged["phases"] == res.as_dict()["phases"]
+    assert logged["minutes"] == pytest.approx(sum(logged["phases"].values()), abs=0.01)

@@ -71,12 +71,36 @@ def parse_backend_id(backend_id: str) -> tuple[str, int]:
     return backend_id, 1
 
 
+#: DeviceInfo fields that describe the CPU (round 2); a record without any of them is a
+#: round-1 record, whose fingerprint hashes only the other fields
+_CPU_FIELDS = ("vendor", "family", "model", "stepping", "isa", "caches")
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
-    """Fingerprint of the device, runtime and settings a measurement was made with.
+    """The device a measurement was made on: the CPU, the runtime and its settings.
 
-    Two measurements may be compared or mixed in one dataset only when their
-    ``fingerprint_id`` agrees.
+    A *device* is one CPU kind (vendor, model name, family/model/stepping, the ISA
+    features its kernels dispatch on, cache sizes, the cores the process may use) plus
+    one runtime version and its settings. Two measurements may be mixed in one dataset
+    only when they come from one device (:meth:`differences` is empty).
+
+    ``fingerprint_id`` is a stable 12-hex-digit hash of the facts (not of the derived
+    ``microarch`` and ``name``); ``name`` is the CPU's readable short name
+    (``epyc-zen4-avx512-2c``, :meth:`nnmeter.devices.cpu.CpuInfo.short_name`), the
+    ``<device>`` of a dataset id ``<backend>@<device>``. A record written before the
+    CPU fields existed (round 1) has none of them; its fingerprint hashes only the
+    fields it has, so old ids stay valid.
+
+    Examples
+    --------
+    >>> d = DeviceInfo("AMD EPYC", 2, "onnxruntime", "1.32.0", {"threads": 1}, "x86_64",
+    ...                vendor="AuthenticAMD", family=25, model=17, stepping=1,
+    ...                isa=("avx2", "fma", "avx512f"), caches={"L3": 33554432})
+    >>> DeviceInfo.from_dict(d.as_dict()) == d
+    True
+    >>> d.differences({**d.as_dict(), "isa": ["avx2", "fma"]})
+    ['isa']
     """
 
     cpu_model: str
@@ -85,28 +109,135 @@ class DeviceInfo:
     runtime_version: str
     settings: Mapping[str, Any] = field(default_factory=dict)
     arch: str = ""
+    vendor: str = ""
+    family: int | None = None
+    model: int | None = None
+    stepping: int | None = None
+    isa: tuple[str, ...] = ()
+    caches: Mapping[str, int] = field(default_factory=dict)
+    microarch: str = ""
+    name: str = ""
 
     __hash__ = None  # settings is a dict; compare with == or by fingerprint_id
 
     @property
+    def has_cpu_facts(self) -> bool:
+        """Whether the record carries the round-2 CPU fields."""
+        return bool(self.vendor or self.isa or self.caches or self.family is not None)
+
+    @property
     def fingerprint_id(self) -> str:
-        """A stable 12-hex-digit hash of every field."""
-        blob = json.dumps(self.as_dict(with_id=False), sort_keys=True, default=str)
+        """A stable 12-hex-digit hash of every fact (``microarch``/``name`` excluded)."""
+        d = self.as_dict(with_id=False)
+        d.pop("microarch", None)
+        d.pop("name", None)
+        blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def as_dict(self, *, with_id: bool = True) -> dict[str, Any]:
-        d = {"cpu_model": self.cpu_model, "cores": self.cores, "runtime": self.runtime,
-             "runtime_version": self.runtime_version, "settings": dict(self.settings),
-             "arch": self.arch}
+        d: dict[str, Any] = {"cpu_model": self.cpu_model, "cores": self.cores,
+                             "runtime": self.runtime, "runtime_version": self.runtime_version,
+                             "settings": dict(self.settings), "arch": self.arch}
+        if self.has_cpu_facts:
+            d.update({"vendor": self.vendor, "family": self.family, "model": self.model,
+                      "stepping": self.stepping, "isa": list(self.isa),
+                      "caches": dict(self.caches), "microarch": self.microarch,
+                      "name": self.name})
         if with_id:
             d["fingerprint_id"] = self.fingerprint_id
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceInfo:
-        return cls(cpu_model=str(d["cpu_model"]), cores=int(d["cores"]),
-                   runtime=str(d["runtime"]), runtime_version=str(d["runtime_version"]),
-                   settings=dict(d.get("settings") or {}), arch=str(d.get("arch", "")))
+        """The DeviceInfo of a record (:meth:`as_dict`, old or new).
+
+        Raises
+        ------
+        DeviceError
+            If the record is not a mapping, lacks a required field or has one of the
+            wrong type; the message names the field.
+        """
+        from nnmeter.errors import DeviceError
+
+        if not isinstance(d, Mapping):
+            raise DeviceError(f"a device record must be a JSON object, got {type(d).__name__}")
+        for key in ("cpu_model", "cores", "runtime", "runtime_version"):
+            if key not in d:
+                raise DeviceError(f"device record lacks {key!r} (fields: {sorted(d)})")
+
+        def opt_int(key: str) -> int | None:
+            v = d.get(key)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise DeviceError(f"device record {key!r} must be an integer or null, got {v!r}")
+            return v
+
+        isa = d.get("isa") or ()
+        if not isinstance(isa, (list, tuple)) or not all(isinstance(f, str) for f in isa):
+            raise DeviceError(f"device record 'isa' must be a list of flag names, got {isa!r}")
+        caches = d.get("caches") or {}
+        if not isinstance(caches, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for k, v in caches.items()):
+            raise DeviceError(f"device record 'caches' must map a level to bytes, got {caches!r}")
+        settings = d.get("settings") or {}
+        if not isinstance(settings, Mapping):
+            raise DeviceError(f"device record 'settings' must be an object, got {settings!r}")
+        try:
+            cores = int(d["cores"])
+        except (TypeError, ValueError):
+            raise DeviceError(f"device record 'cores' must be an integer, got {d['cores']!r}") \
+                from None
+        return cls(cpu_model=str(d["cpu_model"]), cores=cores, runtime=str(d["runtime"]),
+                   runtime_version=str(d["runtime_version"]), settings=dict(settings),
+                   arch=str(d.get("arch", "")), vendor=str(d.get("vendor") or ""),
+                   family=opt_int("family"), model=opt_int("model"),
+                   stepping=opt_int("stepping"), isa=tuple(isa), caches=dict(caches),
+                   microarch=str(d.get("microarch") or ""), name=str(d.get("name") or ""))
+
+    @classmethod
+    def local(cls, runtime: str, runtime_version: str,
+              settings: Mapping[str, Any] | None = None) -> DeviceInfo:
+        """This machine's DeviceInfo for a runtime (:func:`nnmeter.devices.cpu.local_cpu`)."""
+        from nnmeter.devices.cpu import local_cpu
+
+        cpu = local_cpu()
+        return cls(cpu_model=cpu.model_name or local_cpu_model(), cores=cpu.cores,
+                   runtime=runtime, runtime_version=runtime_version,
+                   settings=dict(settings or {}), arch=cpu.arch or platform.machine(),
+                   vendor=cpu.vendor, family=cpu.family, model=cpu.model,
+                   stepping=cpu.stepping, isa=tuple(cpu.isa), caches=dict(cpu.caches),
+                   microarch=cpu.microarch(), name=cpu.short_name())
+
+    def differences(self, record: Mapping[str, Any] | DeviceInfo | None) -> list[str]:
+        """Fields in which ``record`` (another device, as a DeviceInfo or its dict)
+        differs from this one; empty when they are one device.
+
+        Only fields both sides record are compared, so a round-1 record (no CPU fields)
+        matches a new one of the same CPU name, cores, runtime and settings. A runtime
+        version matches when one is a prefix of the other (``1.32`` and ``1.32.0``).
+        ``microarch`` and ``name`` are derived and never compared.
+        """
+        if record is None:
+            return ["no device recorded"]
+        other = record.as_dict() if isinstance(record, DeviceInfo) else dict(record)
+        mine = self.as_dict()
+        diffs = []
+        for key in ("cpu_model", "cores", "arch", "runtime", "settings", *_CPU_FIELDS):
+            if key not in other or key not in mine:
+                continue
+            a, b = mine[key], other[key]
+            if key == "isa":
+                a, b = set(a or ()), set(b or ())
+            elif key == "arch" and (not a or not b):
+                continue
+            if a != b:
+                diffs.append(key)
+        va, vb = str(mine.get("runtime_version", "")), str(other.get("runtime_version", ""))
+        if va and vb and not (va.startswith(vb) or vb.startswith(va)):
+            diffs.append("runtime_version")
+        return diffs
 
 
 def _num(x: Any) -> float:
@@ -344,9 +475,7 @@ class Backend:
 
     def device_info(self) -> DeviceInfo:
         """This machine's fingerprint for this backend (imports the runtime)."""
-        return DeviceInfo(cpu_model=local_cpu_model(), cores=os.cpu_count() or 0,
-                          runtime=self.runtime, runtime_version=self.runtime_version(),
-                          settings=self.settings(), arch=platform.machine())
+        return DeviceInfo.local(self.runtime, self.runtime_version(), self.settings())
 
     # -- compile / run ----------------------------------------------------------------
     def check_model_file(self, model_file: str | os.PathLike) -> Path:

@@ -108,7 +108,10 @@ class Profiler:
         self.backend = get_backend(backend_id)  # validates the id before any process starts
         self.backend_id = self.backend.id
         self.protocol = protocol or ProtocolSettings()
-        self.core = default_core() if core == "auto" else core
+        # a one-thread backend is pinned to one core; an N-thread one runs on all the
+        # cores it may use (pinning its threads to one core would time them taking turns)
+        self.core = (default_core() if self.backend.threads <= 1 else None) \
+            if core == "auto" else core
         self.python = python or sys.executable
         self.device: DeviceInfo | None = None
         self.restarts = 0

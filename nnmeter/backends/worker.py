@@ -39,6 +39,11 @@ def _pin(core: int | None) -> list[int]:
     """Pin this process to ``core`` if given and allowed; return the affinity set."""
     if not hasattr(os, "sched_setaffinity"):
         return []
+    # the device's cores are those the user's process may use, not the one the worker
+    # is pinned to for timing: read (and cache) the CPU before pinning
+    from nnmeter.devices.cpu import local_cpu
+
+    local_cpu()
     if core is not None and core >= 0:
         try:
             os.sched_setaffinity(0, {core})

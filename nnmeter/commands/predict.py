@@ -24,7 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_input_shape(p)
     p.add_argument("--measure", action="store_true",
                    help="also measure the model on the real backend and print the error")
-    p.add_argument("--dataset", default=None, help="kernel dataset id (default: backend id)")
+    p.add_argument("--device", default=None, metavar="NAME",
+                   help="predict for this device (a name from `nnmeter devices`, a dataset "
+                        "id or a fingerprint id), wherever this runs; default: this "
+                        "machine's predictor, else the nearest device's (with a warning)")
+    p.add_argument("--dataset", default=None,
+                   help="kernel dataset folder under datasets/kernels (overrides --device)")
     add_json(p)
     p.set_defaults(func=_cmd_predict)
 
@@ -36,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Resumable: rerun to continue.")
     add_backend(p)
     p.add_argument("--budget-minutes", type=float, default=20.0, metavar="M",
-                   help="wall-clock budget of the profiling (default 20)")
+                   help="wall-clock budget of the whole build: sampling, calibrations and "
+                        "training (default 20)")
     p.add_argument("--resume", action="store_true", default=True,
                    help="continue an existing dataset (the default)")
     p.add_argument("--no-resume", dest="resume", action="store_false",
@@ -44,8 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kernels", default=None, metavar="T1,T2",
                    help="only these kernel types or families (e.g. conv,dwconv)")
     p.add_argument("--dataset", default=None,
-                   help="dataset id under datasets/kernels (default: the backend id); use a "
-                        "new id such as ort-cpu@<fingerprint> on another device")
+                   help="dataset id under datasets/kernels (default: this machine's, "
+                        "<backend>@<device name>); a dataset of another device is refused")
+    p.add_argument("--transfer-from", default=None, metavar="DEVICE",
+                   help="adapt DEVICE's predictor (a device name, dataset id or fingerprint "
+                        "id from `nnmeter devices`) to this machine: measure only the kernel "
+                        "configurations that matter most and the calibrations, within "
+                        "--budget-minutes (10 is enough)")
     p.add_argument("--rounds", type=int, default=3, help="adaptive rounds per kernel type")
     add_json(p)
     p.set_defaults(func=_cmd_build)
@@ -60,6 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="only these backends (default: every backend with a predictor)")
     p.add_argument("--measure", action="store_true",
                    help="also measure on every backend and check the ranking")
+    p.add_argument("--device", default=None, metavar="NAME",
+                   help="rank for this device's predictors (default: this machine's)")
     add_json(p)
     p.set_defaults(func=_cmd_select)
 
@@ -87,7 +100,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from nnmeter.predictors import load_predictor
 
     graph = _load(args)
-    predictor = load_predictor(args.backend, dataset=args.dataset)
+    predictor = load_predictor(args.backend, dataset=args.dataset, device=args.device)
     report = predictor.predict(graph)
     out: dict[str, Any] = report.as_dict()
     if args.measure:
@@ -96,17 +109,23 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         out["measured_spread"] = m.spread
         out["error_percent"] = 100.0 * (report.total_ms - m.latency_ms) / m.latency_ms
         fid = m.device.fingerprint_id if m.device else None
-        data_fid = (report.device or {}).get("fingerprint_id")
         out["measured_fingerprint_id"] = fid
-        if data_fid and fid and fid != data_fid:
+        diffs = m.device.differences(report.device) if m.device and report.device else []
+        if diffs:
             out["device_mismatch"] = True
             out["warnings"] = list(out["warnings"]) + [
-                f"measured on fingerprint {fid}, the kernel data is from {data_fid}"]
+                f"measured on this machine ({m.device.name or fid}), but the prediction is "
+                f"for {report.device_name or 'another device'} (differs in: "
+                f"{', '.join(diffs)}): the error compares two devices"]
     if args.json:
         emit_json(out)
         return 0
-    print(f"model {report.model or args.model} on {report.backend_id}: "
-          f"{len(report.rows)} kernels")
+    how = {"this machine": "this machine's predictor", "requested": "requested with --device",
+           "nearest": "NOT this machine: the nearest device with a predictor"}.get(
+        report.device_selection, "")
+    print(f"model {report.model or args.model} on {report.backend_id}"
+          f"{'@' + report.device_name if report.device_name else ''}: "
+          f"{len(report.rows)} kernels" + (f" ({how})" if how else ""))
     rows = []
     for r in report.rows:
         nodes = ",".join(r.nodes)
@@ -140,6 +159,17 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from nnmeter.builder import build_predictor
 
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
+    if args.transfer_from:
+        from nnmeter.builder import build_by_transfer
+
+        tres = build_by_transfer(args.backend, args.transfer_from,
+                              budget_minutes=args.budget_minutes, dataset=args.dataset,
+                              progress=not args.json)
+        if args.json:
+            emit_json(tres.as_dict())
+            return 0
+        print(tres.summary())
+        return 0
     result = build_predictor(args.backend, budget_minutes=args.budget_minutes,
                              resume=args.resume, kernels=kernels, dataset=args.dataset,
                              rounds=args.rounds, progress=not args.json)
@@ -180,8 +210,9 @@ def _cmd_select(args: argparse.Namespace) -> int:
         available_predictors()
     results = []
     for b in ids:
-        rep = load_predictor(b).predict(graph)
+        rep = load_predictor(b, device=args.device).predict(graph)
         row: dict[str, Any] = {"backend_id": b, "predicted_ms": rep.total_ms,
+                               "device": rep.device_name,
                                "device_mismatch": rep.device_mismatch}
         if args.measure:
             row["measured_ms"] = _measure(graph, b).latency_ms

@@ -1,7 +1,10 @@
 """Latency predictors: per-kernel regressors, the model predictor, backend selection.
 
-- :func:`load_predictor` — the predictor of a backend: trained from the committed kernel
-  data (``datasets/kernels/<backend>/``) and fusion rules on first use, then cached;
+- :func:`load_predictor` — the predictor of a backend on a device: trained from the
+  committed kernel data (``datasets/kernels/<backend>@<device>/``) and fusion rules on
+  first use, then cached. Without ``device`` it is this machine's, or the nearest
+  device's when this machine has none (the report then says so:
+  ``device_mismatch``, ``device_differences``; :mod:`nnmeter.devices.datasets`);
 - :func:`predict` — a :class:`LatencyReport` for a model on a backend;
 - :func:`select_backend` — predicted latency on every backend with a predictor, ranked.
 
@@ -67,6 +70,7 @@ def _cache_key(rules_file: Path | None, data_files: list[Path], settings: Predic
 
 
 def load_predictor(backend_id: str, *, dataset: str | None = None,
+                   device: str | None = None,
                    root: str | os.PathLike | None = None,
                    settings: PredictorSettings | None = None,
                    use_cache: bool = True) -> LatencyPredictor:
@@ -75,7 +79,12 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
     Parameters
     ----------
     dataset : str, optional
-        Dataset id under ``datasets/kernels`` (default: the backend id).
+        Dataset id under ``datasets/kernels`` (a folder name), bypassing the device
+        choice.
+    device : str, optional
+        Predict for this device (a name from ``nnmeter devices``, a dataset id or a
+        fingerprint id) wherever this runs. Default: this machine's data, else the
+        nearest device's (:func:`nnmeter.devices.datasets.resolve`).
     root : path, optional
         Folder holding ``datasets/`` (default ``$NNMETER_DATA`` or the checkout).
     settings : PredictorSettings, optional
@@ -86,16 +95,25 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
     ------
     PredictorError
         If the backend has no kernel data (build it with ``nnmeter build``).
+    DatasetError
+        If ``device`` names no dataset of the backend (the message lists the known ones),
+        or a dataset's device record is malformed.
     FusionRulesError
         If the backend has no fusion rules.
     """
     from nnmeter.fusion import load_rules, rules_path
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
     from nnmeter.predictors.store import load_regressors, save_regressors
+    from nnmeter.devices.datasets import resolve
     from nnmeter.predictors.train import train_predictor
+    from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer, train_transfer
 
     settings = settings or PredictorSettings()
-    ds_dir = kernel_dataset_dir(dataset or backend_id, root)
+    resolution = None
+    if dataset is None:
+        resolution = resolve(backend_id, device, root)
+        dataset = resolution.dataset.dataset_id
+    ds_dir = kernel_dataset_dir(dataset, root)
     ds = KernelDataset(ds_dir, backend_id)
     files = ds.files()
     if not files:
@@ -107,17 +125,28 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
     rules = load_rules(backend_id)
     rp = rules_path(backend_id)
     key = _cache_key(rp if rp.exists() else None, files + _record_files(ds), settings)
-    where = cache_dir() / (dataset or backend_id) / key
+    where = cache_dir() / dataset / key
     if use_cache and (where / "manifest.json").exists():
         try:
             regs, meta = load_regressors(where)
-            return LatencyPredictor(backend_id, rules, regs, device=meta.get("device"),
+            pred = LatencyPredictor(backend_id, rules, regs, device=meta.get("device"),
                                     meta={**meta, "cache": str(where)},
-                                    composition=Composition.from_records(meta.get("terms"), TERMS))
+                                    composition=Composition.from_records(meta.get("terms"),
+                                                                         TERMS))
+            pred.resolution = resolution
+            return pred
         except PredictorError as err:
             logger.warning("ignoring a broken predictor cache: %s", err)
     logger.info("training the %s predictor from %s", backend_id, ds_dir)
-    pred = train_predictor(backend_id, ds_dir, rules, settings)
+    if (ds_dir / TRANSFER_FILE).exists():
+        # a device built by transfer: the source device's data adapted to this one
+        rec = read_transfer(ds_dir)
+        source = load_predictor(rec["source_backend"], dataset=rec["source_dataset"],
+                                root=root, settings=settings, use_cache=use_cache)
+        pred = train_transfer(backend_id, ds, rules, settings, source)
+    else:
+        pred = train_predictor(backend_id, ds_dir, rules, settings)
+    pred.resolution = resolution
     if use_cache:
         meta = {**pred.meta, "device": pred.device, "backend_id": backend_id, "key": key,
                 "terms": pred.composition.records()}
@@ -131,23 +160,30 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
 
 def _record_files(ds: Any) -> list[Path]:
     """The dataset's files besides the kernel rows that training reads: its device
-    record, the regressor choice and every composition term's calibration record."""
+    record, the regressor choice, every composition term's calibration record, and for
+    a dataset built by transfer, its ``transfer.json`` and the source dataset's files."""
     from nnmeter.predictors.train import CHOICE_FILE
 
-    names = [ds.META, CHOICE_FILE] + [n for t in TERMS.ordered()
-                                      if (n := TERMS.get(t).record_file)]
-    return [ds.directory / n for n in names if (ds.directory / n).exists()]
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer
+
+    names = [ds.META, CHOICE_FILE, TRANSFER_FILE] + [n for t in TERMS.ordered()
+                                                     if (n := TERMS.get(t).record_file)]
+    files = [ds.directory / n for n in names if (ds.directory / n).exists()]
+    if (ds.directory / TRANSFER_FILE).exists():
+        # a transferred predictor is trained from the source dataset too
+        rec = read_transfer(ds.directory)
+        src = KernelDataset(ds.directory.parent / rec["source_dataset"], rec["source_backend"])
+        if src.directory.is_dir() and src.directory != ds.directory:
+            files += src.files() + _record_files(src)
+    return files
 
 
 def available_predictors(root: str | os.PathLike | None = None) -> list[str]:
-    """Backend ids with kernel data under ``datasets/kernels`` (dataset ids without '@')."""
-    from nnmeter.predictors.dataset import data_root
+    """Backend ids with kernel data of some device under ``datasets/kernels``."""
+    from nnmeter.devices.datasets import device_datasets
 
-    base = Path(root or data_root()) / "datasets" / "kernels"
-    if not base.exists():
-        return []
-    return sorted(p.name for p in base.iterdir()
-                  if p.is_dir() and "@" not in p.name and any(p.glob("*.jsonl")))
+    return sorted({d.backend_id for d in device_datasets(None, root)})
 
 
 def predict(model: Any, backend_id: str, **kwargs: Any) -> LatencyReport:

@@ -33,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -46,8 +47,8 @@ import numpy as np
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["BOUNDARY_FILE", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
-           "fit_boundary", "boundary_cost_ms", "measure_boundary", "write_boundary",
-           "read_boundary", "remove_boundary", "select_calibration_rows"]
+           "fit_boundary", "boundary_cost_ms", "measure_boundary", "planned_boundary_work",
+           "write_boundary", "read_boundary", "remove_boundary", "select_calibration_rows"]
 
 #: per-dataset file holding the boundary calibration
 BOUNDARY_FILE = "boundary.json"
@@ -192,14 +193,52 @@ def select_calibration_rows(dataset: Any, *, per_family: int = 10,
     return out
 
 
+def _row_key(kernel_type: str, row: dict[str, Any]) -> str:
+    return json.dumps([kernel_type, row["config"]], sort_keys=True)
+
+
+def _stored_point(point: Any) -> BoundaryPoint | None:
+    """A profiled point read back from the points file, or None when the line does not
+    hold one."""
+    if not isinstance(point, dict):
+        return None
+    try:
+        return BoundaryPoint(**{**point, "boundary_nodes": tuple(point["boundary_nodes"]),
+                                "boundary_node_ms": tuple(point["boundary_node_ms"])})
+    except (KeyError, TypeError):
+        return None
+
+
+def planned_boundary_work(backend_id: str, dataset_dir: str | os.PathLike, *,
+                          per_family: int = 10, seed: int = 0) -> int:
+    """Models :func:`measure_boundary` still has to profile on the dataset in
+    ``dataset_dir``: its calibration rows without a point in the points file (reads
+    the dataset's rows, profiles nothing)."""
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    done = CalibrationPoints.of(ds, BOUNDARY_FILE).load()
+    return sum(1 for t, row in select_calibration_rows(ds, per_family=per_family, seed=seed)
+               if _stored_point(done.get(_row_key(t, row))) is None)
+
+
 def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
                      per_family: int = 10, runs: int = 15, core: int | None = 1,
-                     seed: int = 0) -> dict[str, Any]:
+                     seed: int = 0, deadline: float | None = None,
+                     progress: bool = False) -> dict[str, Any]:
     """Profile single-kernel models of the dataset on this device and fit their
     boundary cost (see the module docstring).
 
     Returns the calibration record that :func:`write_boundary` stores: ``points``,
     ``fit``, ``fingerprint_id``, ``backend_id``, ``runs`` and a timestamp.
+
+    Each profiled model is appended to ``boundary.points.jsonl``
+    (:class:`~nnmeter.predictors.chain.CalibrationPoints`); one already there with the
+    dataset's fingerprint is not profiled again. From ``deadline`` (a
+    ``time.monotonic()`` time) on no model is started once there is a point, and the
+    record is marked ``partial`` (:func:`~nnmeter.predictors.chain.mark_partial`); a
+    later call continues it. ``progress`` shows a progress bar (tqdm).
 
     Raises
     ------
@@ -208,52 +247,90 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
     DatasetError
         If no selected model could be profiled.
     """
+    from tqdm import tqdm
+
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
+    chosen = select_calibration_rows(ds, per_family=per_family, seed=seed)
+    log = CalibrationPoints.of(ds, BOUNDARY_FILE)
+    done = log.load()
+    stored = {}
+    for t, row in chosen:
+        point = _stored_point(done.get(_row_key(t, row)))
+        if point is not None:
+            stored[_row_key(t, row)] = point
+    missing = 0
+    points: list[BoundaryPoint] = []
+    bar = tqdm(total=len(chosen), initial=len(stored), unit="model", disable=not progress,
+               desc=f"calibrate edge conversions ({backend_id})")
     with Profiler(backend_id, core=core) as prof:
         device = prof.backend.device_info()
         fid = device.fingerprint_id
-        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
+        if ds.fingerprint_id is not None and \
+                fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
             raise FingerprintMismatchError(
                 f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
                 f"this device is {fid!r}; calibrate on the device that measured the dataset")
-        points: list[BoundaryPoint] = []
-        for t, row in select_calibration_rows(ds, per_family=per_family, seed=seed):
-            kt = KERNEL_TYPES.get(t)
-            cfg = kt.config_from_dict(row["config"])
-            try:
-                nodes = prof.profile(kt.build_graph(cfg), runs=runs)
-            except Exception as err:  # one kernel the runtime rejects must not stop the rest
-                logger.warning("could not profile %s %s: %s", t, row["config"], err)
-                continue
-            timed = [n for n in nodes if n.time_ms is not None]
-            edge = [n for n in timed if not n.covers and n.op_type in LAYOUT_OPS]
-            work = [n for n in timed if n not in edge]
-            n_in, n_out = boundary_elements(kt, cfg)
-            points.append(BoundaryPoint(
-                kernel_type=t, family=kt.family or t, input_elements=n_in,
-                output_elements=n_out, boundary_ms=float(sum(n.time_ms for n in edge)),
-                kernel_ms=float(sum(n.time_ms for n in work)),
-                boundary_nodes=tuple(n.op_type for n in edge),
-                boundary_node_ms=tuple(float(n.time_ms) for n in edge),
-                measured_ms=float(row["latency_ms"])))
+        try:
+            for t, row in chosen:
+                key = _row_key(t, row)
+                if key in stored:
+                    points.append(stored[key])
+                    continue
+                if deadline is not None and time.monotonic() >= deadline and (points or stored):
+                    missing += 1
+                    continue
+                kt = KERNEL_TYPES.get(t)
+                cfg = kt.config_from_dict(row["config"])
+                try:
+                    nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+                except Exception as err:  # one kernel the runtime rejects must not stop the rest
+                    logger.warning("could not profile %s %s: %s", t, row["config"], err)
+                    continue
+                finally:
+                    bar.update(1)
+                timed = [n for n in nodes if n.time_ms is not None]
+                edge = [n for n in timed if not n.covers and n.op_type in LAYOUT_OPS]
+                work = [n for n in timed if n not in edge]
+                n_in, n_out = boundary_elements(kt, cfg)
+                points.append(BoundaryPoint(
+                    kernel_type=t, family=kt.family or t, input_elements=n_in,
+                    output_elements=n_out, boundary_ms=float(sum(n.time_ms for n in edge)),
+                    kernel_ms=float(sum(n.time_ms for n in work)),
+                    boundary_nodes=tuple(n.op_type for n in edge),
+                    boundary_node_ms=tuple(float(n.time_ms) for n in edge),
+                    measured_ms=float(row["latency_ms"])))
+                log.append(key, asdict(points[-1]))
+        finally:
+            bar.close()
     if not points:
+        cut = (" before its deadline" if missing else "")
         raise DatasetError(f"no single-kernel model of {ds.directory} could be profiled "
-                           f"on {backend_id}")
-    return {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "fit": fit_boundary(points),
-            "points": [asdict(p) for p in points]}
+                           f"on {backend_id}{cut}")
+    rec = {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "fit": fit_boundary(points),
+           "points": [asdict(p) for p in points]}
+    if missing:
+        mark_partial(rec, planned=len(chosen), measured=len(points))
+    return rec
 
 
 def write_boundary(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write ``record`` (from :func:`measure_boundary`) to ``<dataset_dir>/boundary.json``."""
+    """Write ``record`` (from :func:`measure_boundary`) to ``<dataset_dir>/boundary.json``,
+    atomically; a complete record (not ``partial``) removes the calibration's points
+    file."""
+    from nnmeter.predictors.calibration_points import points_path
     from nnmeter.predictors.dataset import write_calibration
 
-    return write_calibration(dataset_dir, BOUNDARY_FILE, record)
+    path = write_calibration(dataset_dir, BOUNDARY_FILE, record)
+    if not record.get("partial"):
+        points_path(dataset_dir, BOUNDARY_FILE).unlink(missing_ok=True)
+    return path
 
 
 def read_boundary(dataset: Any) -> dict[str, Any] | None:

@@ -19,6 +19,14 @@ from a kernel's row (:func:`nnmeter.predictors.train.train_predictor`):
   median for callers without a size;
 - every other kernel: the convolutions' excess ``e0`` plus a size term.
 
+Budget and resume. Every point is appended to ``chain_excess.points.jsonl`` as it is
+measured (:class:`CalibrationPoints`, shared by every calibration), so a stopped
+calibration keeps its points and the next call measures only the rest. At a
+``deadline`` :func:`measure_chain` stops between configs and returns a record marked
+``partial`` when every family has a point: :func:`chain_cases` lists the configs
+round-robin over the kernel types, so any prefix covers every family and a cut
+calibration still fits each family line it has four points for.
+
 The constants matter for models of many tiny kernels (a 0.2 ms NASBench-201 cell has
 about 30; a ShuffleNetV2 unit has a split, a concat and a channel shuffle).
 
@@ -49,19 +57,25 @@ Examples
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nnmeter.errors import DatasetError
+
 __all__ = ["CHAIN_FILE", "LENGTHS", "ROUNDS", "COMPUTE_TYPES", "LARGE_CASES", "chain_cases",
-           "chain_graph", "measure_chain", "fit_size_excess", "fit_family_line", "merge_chain",
-           "write_chain", "read_chain", "chain_excess_ms", "PAIR_LINK", "FLOOR_SHARE",
-           "remove_excess", "restored_excess"]
+           "chain_graph", "measure_chain", "planned_chain_work", "fit_size_excess",
+           "fit_family_line", "merge_chain", "write_chain", "read_chain", "chain_excess_ms",
+           "PAIR_LINK", "FLOOR_SHARE", "remove_excess", "restored_excess",
+           "CalibrationPoints", "points_path", "mark_partial"]
+
+logger = logging.getLogger(__name__)
 
 #: a link of two kernels that undo each other (split into halves, concat them back):
 #: its chains calibrate split and concat, whose single-kernel models are measured too
@@ -95,7 +109,20 @@ def chain_cases() -> list[tuple[str, int, int, int]]:
     """(kernel type, channels, height = width, kernel size) of every calibrated config:
     convolutions (1x1, 3x3) and depthwise 3x3 over channel counts that run blocked and
     plain and four sizes, and :data:`LARGE_CASES`; channel shuffles, poolings, relu,
-    hswish and split-concat pairs (:data:`PAIR_LINK`) over three."""
+    hswish and split-concat pairs (:data:`PAIR_LINK`) over three.
+
+    The order is round-robin over the kernel types (in the order above), each type's
+    configs spread over its sizes (:func:`_spread`): any prefix holds every type once
+    before any twice, so a calibration stopped at its deadline has a point of every
+    family, and lines through them once it has four of each. Only the order is new: the
+    configs are those the committed records were measured with.
+
+    Examples
+    --------
+    >>> cases = chain_cases()
+    >>> len(cases), [c[0] for c in cases[:3]]
+    (130, ['conv-bn-relu', 'dwconv-bn', 'channelshuffle'])
+    """
     cases = [(name, c, hw, k) for name, k in (("conv-bn-relu", 1), ("conv-bn-relu", 3),
                                               ("dwconv-bn", 3))
              for c in (24, 58, 64, 116) for hw in (7, 14, 28, 56)
@@ -104,7 +131,35 @@ def chain_cases() -> list[tuple[str, int, int, int]]:
     cases += [(name, c, hw, 3) for name in ("channelshuffle", "maxpool", "avgpool", "relu",
                                             "hswish", PAIR_LINK)
               for c in (24, 58, 64, 116) for hw in (7, 14, 28)]
-    return cases
+    groups: dict[str, list[tuple[str, int, int, int]]] = {}
+    for case in cases:
+        groups.setdefault(case[0], []).append(case)
+    queues = [_spread(sorted(g, key=lambda x: (x[1] * x[2] * x[2], x[3], x[1])))
+              for g in groups.values()]
+    out = []
+    for i in range(max(len(q) for q in queues)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out
+
+
+def _spread(items: list[Any]) -> list[Any]:
+    """``items`` (sorted by size) reordered so that every prefix spreads over the whole
+    range: the first, then the middle, the quarters, the eighths... (van der Corput).
+
+    >>> _spread(list(range(8)))
+    [0, 4, 2, 6, 1, 5, 3, 7]
+    """
+    n = len(items)
+    bits = max(1, (n - 1).bit_length())
+    order: list[int] = []
+    seen: set[int] = set()
+    for j in range(1 << bits):
+        rev = int(format(j, f"0{bits}b")[::-1], 2)
+        i = rev * n >> bits
+        if i not in seen:
+            seen.add(i)
+            order.append(i)
+    return [items[i] for i in order]
 
 
 def fit_size_excess(points: list[dict[str, Any]], *, min_above: int = 3
@@ -190,11 +245,84 @@ def chain_graph(name: str, c: int, hw: int, k: int, n: int) -> Any:
     return b.build([y])
 
 
+# the points of a calibration in progress live in nnmeter.predictors.calibration_points
+from nnmeter.predictors.calibration_points import (  # noqa: E402  (re-exported)
+    CalibrationPoints, mark_partial, points_path,
+)
+
+
+def _case_parts(name: str, c: int, hw: int, k: int) -> list[tuple[Any, Any]]:
+    """(kernel type, config) of the single-kernel models a case's excess is taken over:
+    one link's kernel, or a pair link's split and concat."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    if name == PAIR_LINK:
+        split, concat = KERNEL_TYPES.get("split"), KERNEL_TYPES.get("concat")
+        return [(split, split.config_cls(h=hw, w=hw, cin=c, sizes=(c // 2, c - c // 2))),
+                (concat, concat.config_cls(h=hw, w=hw, cins=(c // 2, c - c // 2)))]
+    kt = KERNEL_TYPES.get(name)
+    return [(kt, chain_config(kt, c, hw, k))]
+
+
+def _case_graphs(name: str, c: int, hw: int, k: int, parts: list[tuple[Any, Any]]) -> list[Any]:
+    """The models a case measures each round: a pair's single models, then the chains
+    of :data:`LENGTHS` (the chain of one link of any other type is its single model)."""
+    if name == PAIR_LINK:
+        return [kt.build_graph(cfg) for kt, cfg in parts] + [
+            chain_graph(name, c, hw, k, n) for n in LENGTHS]
+    kt, cfg = parts[0]
+    return [kt.build_graph(cfg) if n == 1 else chain_graph(name, c, hw, k, n)
+            for n in LENGTHS]
+
+
+def _case_models(name: str) -> int:
+    """How many models a case measures per round."""
+    return len(LENGTHS) + (2 if name == PAIR_LINK else 0)
+
+
+def _case_key(case: tuple[str, int, int, int]) -> str:
+    return json.dumps(list(case))
+
+
+def _stored_runs(point: Any, name: str) -> list[list[float]] | None:
+    """The ``rounds_ms`` of a point read back from the points file, or None when it
+    does not hold a time for every model of its case in every round."""
+    runs = point.get("rounds_ms") if isinstance(point, dict) else None
+    if not isinstance(runs, list) or not runs or not all(
+            isinstance(r, list) and len(r) == _case_models(name)
+            and all(isinstance(x, (int, float)) for x in r) for r in runs):
+        return None
+    return runs
+
+
+def planned_chain_work(backend_id: str, dataset_dir: str | os.PathLike, *,
+                       rounds: int = ROUNDS) -> int:
+    """Measurements :func:`measure_chain` still has to make on the dataset in
+    ``dataset_dir``: the models of every config without a point in its points file,
+    times ``rounds`` (cheap: reads the points file, measures nothing)."""
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    done = CalibrationPoints.of(ds, CHAIN_FILE).load()
+    return sum(_case_models(case[0]) for case in chain_cases()
+               if _stored_runs(done.get(_case_key(case)), case[0]) is None) * max(1, rounds)
+
+
+def _chain_families(kernel_types: Iterable[str]) -> set[str]:
+    """The families a chain record gives a value to: the compute types (the default)
+    and every family of the other types."""
+    out: set[str] = set()
+    for t in kernel_types:
+        out |= {t} if t in COMPUTE_TYPES else set(_families_of(t))
+    return out
+
+
 def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, overhead_ms: float,
                   single_costs: Callable[[Any, Any], tuple[float, float]],
                   profiler: Any = None,
                   on_point: Callable[[dict[str, Any]], None] | None = None,
-                  rounds: int = ROUNDS) -> dict[str, Any]:
+                  rounds: int = ROUNDS, deadline: float | None = None,
+                  progress: bool = False) -> dict[str, Any]:
     """Measure the chains of :func:`chain_cases` on ``backend_id`` and return the
     calibration record (``excess_ms``, per-family ``families``, raw ``points``) for the
     dataset in ``dataset_dir`` (``<root>/datasets/kernels/<dataset id>``).
@@ -204,61 +332,100 @@ def measure_chain(backend_id: str, dataset_dir: str | os.PathLike, *, overhead_m
     type, config) -> (reorders ms, boundary ms)`` are what training removes from a
     single-kernel row before the chain term (the composition terms ahead of it;
     :meth:`nnmeter.predictors.terms.ChainTerm.measure` passes them). ``on_point`` is
-    called with each point as it is measured."""
+    called with each point as it is measured.
+
+    Every measured config is appended to ``chain_excess.points.jsonl``
+    (:class:`CalibrationPoints`); a config already there with the dataset's fingerprint
+    is not measured again (its times are summarised anew with this call's overhead and
+    single costs). :func:`write_chain` removes the file with the complete record.
+
+    Parameters
+    ----------
+    deadline : float, optional
+        A ``time.monotonic()`` time: from then on no config is started (one is measured
+        even past it when nothing is there yet). The record of a calibration cut short
+        is marked ``partial`` with ``points_planned`` and ``points_measured``
+        (:func:`mark_partial`); its points file stays for the next call to continue.
+        None: measure every config.
+    progress : bool
+        Show a progress bar with the time left (tqdm), one step per config.
+
+    Raises
+    ------
+    DatasetError
+        If the deadline came before every family (the compute types, and the families
+        of the other types) had a point: too little to fit the record. The points
+        measured are kept for the next call.
+    MeasurementError
+        If a model fails to run (from the profiler).
+    """
+    from tqdm import tqdm
+
     from nnmeter.backends import Profiler
-    from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors.boundary import boundary_elements
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
     overhead = float(overhead_ms)
-
-    def boundary(kt: Any, cfg: Any) -> float:
-        return single_costs(kt, cfg)[1]
-
-    def reorders(kt: Any, cfg: Any) -> float:
-        return single_costs(kt, cfg)[0]
-
-    own = profiler is None
-    prof = Profiler(backend_id) if own else profiler
+    log = CalibrationPoints.of(ds, CHAIN_FILE)
+    done = log.load()
+    cases = chain_cases()
+    keys = [_case_key(case) for case in cases]
+    stored = {key: runs for case, key in zip(cases, keys)
+              if (runs := _stored_runs(done.get(key), case[0])) is not None}
+    reused = len(stored)
+    prof = profiler
     points = []
+    missing = 0
     t0 = time.time()
+    bar = tqdm(total=len(cases), initial=reused, unit="config", disable=not progress,
+               desc=f"calibrate chain excess ({backend_id})")
     try:
-        for name, c, hw, k in chain_cases():
-            if name == PAIR_LINK:
-                parts = [(KERNEL_TYPES.get("split"),
-                          KERNEL_TYPES.get("split").config_cls(
-                              h=hw, w=hw, cin=c, sizes=(c // 2, c - c // 2))),
-                         (KERNEL_TYPES.get("concat"),
-                          KERNEL_TYPES.get("concat").config_cls(
-                              h=hw, w=hw, cins=(c // 2, c - c // 2)))]
-                singles = [kt.build_graph(cfg) for kt, cfg in parts]
-                graphs = singles + [chain_graph(name, c, hw, k, n) for n in LENGTHS]
-            else:
-                kt = KERNEL_TYPES.get(name)
-                parts = [(kt, chain_config(kt, c, hw, k))]
-                singles = []
-                graphs = [kt.build_graph(parts[0][1]) if n == 1 else
-                          chain_graph(name, c, hw, k, n) for n in LENGTHS]
-            # rounds over all lengths, so that a slow spell hits one round, not one length
-            runs = [[prof.measure(g, on_error="raise").latency_ms for g in graphs]
-                    for _ in range(max(1, rounds))]
+        for (name, c, hw, k), key in zip(cases, keys):
+            parts = _case_parts(name, c, hw, k)
+            runs = stored.get(key)
+            if runs is None:
+                if deadline is not None and time.monotonic() >= deadline and \
+                        (points or reused):
+                    missing += 1
+                    continue
+                if prof is None:
+                    prof = Profiler(backend_id)
+                graphs = _case_graphs(name, c, hw, k, parts)
+                # rounds over all lengths, so that a slow spell hits one round, not one length
+                runs = [[prof.measure(g, on_error="raise").latency_ms for g in graphs]
+                        for _ in range(max(1, rounds))]
             point = _summarise({
                 "kernel_type": name, "config": parts[0][0].config_to_dict(parts[0][1]),
-                "singles": len(singles), "rounds_ms": runs,
-                "reorders_ms": sum(reorders(kt, cfg) for kt, cfg in parts),
-                "boundary_ms": sum(boundary(kt, cfg) for kt, cfg in parts),
+                "singles": len(parts) if name == PAIR_LINK else 0, "rounds_ms": runs,
+                "reorders_ms": sum(single_costs(kt, cfg)[0] for kt, cfg in parts),
+                "boundary_ms": sum(single_costs(kt, cfg)[1] for kt, cfg in parts),
                 "elements": sum(boundary_elements(*parts[0]))}, overhead)
             points.append(point)
-            if on_point is not None:
-                on_point(point)
+            if key not in stored:
+                log.append(key, point)
+                bar.update(1)
+                if on_point is not None:
+                    on_point(point)
     finally:
-        if own:
+        bar.close()
+        if prof is not None and profiler is None:
             prof.close()
+    if missing:
+        lacking = sorted(_chain_families(c[0] for c in cases)
+                         - _chain_families(p["kernel_type"] for p in points))
+        if lacking:
+            raise DatasetError(
+                f"the chain calibration of {ds.directory} reached its deadline after "
+                f"{len(points)} of {len(cases)} configs, before {', '.join(lacking)} had "
+                f"one; too few to fit. Its points are kept in {log.path.name}: the next "
+                f"`nnmeter build` continues them (give it more --budget-minutes)")
     rec = _record(points, overhead)
     rec.update({"backend_id": backend_id, "fingerprint_id": ds.fingerprint_id,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "rounds": max(1, rounds),
                 "seconds": time.time() - t0})
+    if missing:
+        mark_partial(rec, planned=len(cases), measured=len(points))
     return rec
 
 
@@ -374,10 +541,15 @@ def merge_chain(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_chain(dataset_dir: Any, record: dict[str, Any]) -> Any:
-    """Write ``record`` to ``<dataset_dir>/chain_excess.json``; returns the path."""
+    """Write ``record`` to ``<dataset_dir>/chain_excess.json`` atomically; returns the
+    path. A complete record (not ``partial``) replaces the calibration's points file,
+    which is removed."""
     from nnmeter.predictors.dataset import write_calibration
 
-    return write_calibration(dataset_dir, CHAIN_FILE, record)
+    path = write_calibration(dataset_dir, CHAIN_FILE, record)
+    if not record.get("partial"):
+        points_path(dataset_dir, CHAIN_FILE).unlink(missing_ok=True)
+    return path
 
 
 def read_chain(dataset: Any) -> dict[str, Any] | None:

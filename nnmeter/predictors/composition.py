@@ -185,11 +185,24 @@ class Term:
 
     @classmethod
     def measure(cls, backend_id: str, dataset_dir: str | os.PathLike, *,
-                before: "Composition | None" = None) -> dict[str, Any]:
+                before: "Composition | None" = None, deadline: float | None = None,
+                progress: bool = False) -> dict[str, Any]:
         """Measure the calibration record on this device (the builder calls it once per
-        dataset, when the record does not exist yet). ``before`` is the composition of
-        the terms ahead of this one, fitted on the dataset, for a term whose share is
-        what remains once theirs is removed."""
+        dataset, when the record does not exist yet or is ``partial``). ``before`` is the
+        composition of the terms ahead of this one, fitted on the dataset, for a term
+        whose share is what remains once theirs is removed.
+
+        ``deadline`` (a ``time.monotonic()`` time; None: no limit) stops the measuring
+        between points: the record then says ``"partial": true`` with
+        ``points_planned`` and ``points_measured``, or, with too little to fit, one of
+        ``calibration_skips`` is raised. Points are kept in
+        ``<dataset_dir>/<record_file stem>.points.jsonl`` as they are measured, and a
+        later call measures only those missing (the builder removes the file once the
+        complete record is written). ``progress`` shows a progress bar.
+
+        A term may also say how much its calibration still has to measure, as a
+        classmethod ``planned_work(backend_id, dataset_dir) -> int`` (measurements
+        times rounds): :func:`nnmeter.builder.calibrate` splits its time by it."""
         raise NotImplementedError(f"term {cls.name!r} has no calibration to measure")
 
     @classmethod

@@ -86,15 +86,40 @@ class KernelDataset:
         meta = self.meta()
         return None if meta is None else meta.get("fingerprint_id")
 
+    @property
+    def fingerprint_ids(self) -> frozenset[str]:
+        """The dataset's fingerprint and its aliases: ids the same device had under an
+        older DeviceInfo (``fingerprint_aliases`` in ``dataset.json``; a round-1 id
+        hashed fewer fields). Rows and records carrying any of them are the dataset's."""
+        meta = self.meta() or {}
+        ids = [meta.get("fingerprint_id"), *(meta.get("fingerprint_aliases") or ())]
+        return frozenset(str(i) for i in ids if i)
+
+    @property
+    def device_name(self) -> str:
+        """The readable name of the dataset's device (its record's ``name``, else the
+        part of the directory name after ``@``, else "")."""
+        meta = self.meta() or {}
+        name = (meta.get("device") or {}).get("name") if isinstance(meta.get("device"), dict) \
+            else None
+        return str(name or self.directory.name.partition("@")[2])
+
     def check_device(self, device: dict[str, Any]) -> None:
         """Bind a new dataset to ``device`` (a DeviceInfo dict) or check it matches.
+
+        A device of another fingerprint that :meth:`DeviceInfo.differences` finds to be
+        the same device (a record written before a field existed) is adopted: its id is
+        added to ``fingerprint_aliases`` and the device record gains the new fields.
 
         Raises
         ------
         FingerprintMismatchError
-            If the dataset was measured on another fingerprint (device, runtime version
-            or settings); measurements of two fingerprints must never be mixed.
+            If the dataset was measured on another device (CPU, ISA, cores, runtime
+            version or settings); measurements of two devices are never mixed. The
+            message names both devices and the command that starts a dataset here.
         """
+        from nnmeter.backends.base import DeviceInfo
+
         fid = device.get("fingerprint_id")
         meta = self.meta()
         if meta is None:
@@ -105,22 +130,40 @@ class KernelDataset:
 
                 device = {**device, **local_cpu_facts()}
             self.directory.mkdir(parents=True, exist_ok=True)
-            (self.directory / self.META).write_text(json.dumps(
-                {"backend_id": self.backend_id, "fingerprint_id": fid, "device": device,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1, sort_keys=True))
+            write_calibration(self.directory, self.META, {
+                "backend_id": self.backend_id, "fingerprint_id": fid, "device": device,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
             return
-        if meta.get("fingerprint_id") != fid:
-            old = meta.get("device") or {}
-            diff = [k for k in sorted(set(old) | set(device))
-                    if k != "fingerprint_id" and old.get(k) != device.get(k)]
-            raise FingerprintMismatchError(
-                f"dataset {self.directory} was measured on fingerprint "
-                f"{meta.get('fingerprint_id')!r}, this device is {fid!r} (differs in: "
-                f"{', '.join(diff) or 'unknown fields'}); measurements of different devices "
-                f"or runtimes must not be mixed. Start a new dataset, e.g. "
-                f"`nnmeter build --backend {self.backend_id} --dataset "
-                f"{self.backend_id}@{fid}`"
-            )
+        if fid in self.fingerprint_ids:
+            return
+        old = meta.get("device") or {}
+        try:
+            diffs = DeviceInfo.from_dict(device).differences(old)
+        except Exception:  # a malformed record: say what differs key by key
+            diffs = [k for k in sorted(set(old) | set(device))
+                     if k != "fingerprint_id" and old.get(k) != device.get(k)]
+        if not diffs and fid:
+            # the same device, recorded before some of its fields existed: adopt the id
+            aliases = sorted({*(meta.get("fingerprint_aliases") or ()),
+                              str(meta.get("fingerprint_id"))} - {fid, "None"})
+            merged = {**device, **{k: v for k, v in old.items()
+                                   if k not in device and k != "fingerprint_id"}}
+            meta = {**meta, "fingerprint_id": fid, "fingerprint_aliases": aliases,
+                    "device": merged}
+            write_calibration(self.directory, self.META, meta)
+            logger.info("%s: device record upgraded (fingerprint %s, aliases %s)",
+                        self.directory, fid, aliases)
+            return
+        here = device.get("name") or fid
+        there = old.get("name") or meta.get("fingerprint_id")
+        raise FingerprintMismatchError(
+            f"dataset {self.directory} belongs to device {there!r}, this machine is "
+            f"{here!r} (differs in: {', '.join(diffs) or 'unknown fields'}); measurements "
+            f"of two devices are never mixed. Start this machine's own dataset: "
+            f"`nnmeter build --backend {self.backend_id}` (or --dataset "
+            f"{self.backend_id}@{here}), or adapt the other device's predictor in ten "
+            f"minutes: `nnmeter build --backend {self.backend_id} --transfer-from {there} "
+            f"--budget-minutes 10`")
 
     # -- rows -------------------------------------------------------------------
     def path(self, kernel_type: str) -> Path:
@@ -130,13 +173,19 @@ class KernelDataset:
         """Kernel types with a data file, sorted."""
         if not self.directory.exists():
             return []
-        return sorted(p.stem for p in self.directory.glob("*.jsonl") if p.name not in self.LOGS)
+        return sorted(p.stem for p in self.directory.glob("*.jsonl") if self._is_rows(p))
 
     def files(self) -> list[Path]:
         """Every data file (for cache keys), sorted."""
         if not self.directory.exists():
             return []
-        return sorted(p for p in self.directory.glob("*.jsonl") if p.name not in self.LOGS)
+        return sorted(p for p in self.directory.glob("*.jsonl") if self._is_rows(p))
+
+    @classmethod
+    def _is_rows(cls, path: Path) -> bool:
+        """A kernel-row file: not a log and not a calibration's points file
+        (``<record>.points.jsonl``)."""
+        return path.name not in cls.LOGS and not path.name.endswith(".points.jsonl")
 
     def append(self, kernel_type: str, row: dict[str, Any]) -> None:
         """Append one row and flush it to disk before returning."""
@@ -184,9 +233,19 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
 
 def write_calibration(dataset_dir: str | os.PathLike, name: str, record: dict[str, Any]) -> Path:
     """Write a device calibration record (``boundary.json``, ``reorders.json``, ...) to
-    ``<dataset_dir>/<name>``."""
+    ``<dataset_dir>/<name>``, atomically (a temporary file renamed over it), so a kill
+    leaves the old record or the new one, never half of one."""
     path = Path(dataset_dir) / name
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 
@@ -209,7 +268,8 @@ def read_calibration(dataset: Any, name: str, *, remedy: str) -> dict[str, Any] 
         record = json.loads(path.read_text())
     except ValueError as err:
         raise DatasetError(f"{path} is not valid JSON ({err}); {remedy} or delete it") from err
-    if record.get("fingerprint_id") != dataset.fingerprint_id:
+    ids = getattr(dataset, "fingerprint_ids", None) or {dataset.fingerprint_id}
+    if record.get("fingerprint_id") not in ids:
         raise FingerprintMismatchError(
             f"{path} was measured on fingerprint {record.get('fingerprint_id')!r} but the "
             f"dataset was measured on {dataset.fingerprint_id!r}; {remedy} on the dataset's "

@@ -128,7 +128,15 @@ class LatencyReport:
     device : dict or None
         The DeviceInfo (as a dict) the kernel data was measured on.
     device_mismatch : bool
-        True when the current device's fingerprint differs from ``device``.
+        True when this machine is not the device of ``device``.
+    device_name : str
+        The readable name of the device predicted for (``epyc-zen4-avx512-2c``).
+    device_selection : str
+        How its data was chosen: ``this machine``, ``requested`` (``device=``/``--device``),
+        ``nearest`` (this machine has no data of its own), or "" (a predictor trained
+        from a directory).
+    device_differences : tuple of str
+        What differs between this machine and that device (empty when they are one).
     warnings : tuple of str
     overhead_ms : float
         The ``overhead`` term's ms (the runtime's fixed per-inference time).
@@ -152,6 +160,9 @@ class LatencyReport:
     overhead_ms: float = 0.0
     layout_ms: float = 0.0
     terms: tuple[TermRow, ...] = ()
+    device_name: str = ""
+    device_selection: str = ""
+    device_differences: tuple[str, ...] = ()
 
     def by_type(self) -> dict[str, tuple[int, float]]:
         """Kernel type → (count, summed predicted ms)."""
@@ -166,7 +177,10 @@ class LatencyReport:
                 "overhead_ms": self.overhead_ms, "layout_ms": self.layout_ms,
                 "terms": [t.as_dict() for t in self.terms],
                 "rows": [r.as_dict() for r in self.rows], "uncovered": list(self.uncovered),
-                "device": self.device, "device_mismatch": self.device_mismatch,
+                "device": self.device, "device_name": self.device_name,
+                "device_selection": self.device_selection,
+                "device_mismatch": self.device_mismatch,
+                "device_differences": list(self.device_differences),
                 "warnings": list(self.warnings)}
 
 
@@ -227,6 +241,9 @@ class LatencyPredictor:
         # node names -> [((nodes, outputs), kernels)]
         self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
+        #: how :func:`~nnmeter.predictors.load_predictor` chose the data (a
+        #: :class:`~nnmeter.devices.datasets.Resolution`), None when built from a folder
+        self.resolution: Any = None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -408,12 +425,9 @@ class LatencyPredictor:
                                   "predicted_ms": ms})
         mismatch, diffs = self.check_device() if check_device else (False, ())
         warnings = []
-        if mismatch:
-            warnings.append(
-                f"the kernel data of {self.backend_id} was measured on another device or "
-                f"runtime (differs in: {', '.join(diffs)}); predictions may be far off. "
-                f"Build a predictor on this device with `nnmeter build --backend "
-                f"{self.backend_id} --dataset {self.backend_id}@<new-id>`")
+        res = self.resolution
+        if mismatch and not (res is not None and res.how == "requested"):
+            warnings.append(self._mismatch_warning(diffs))
         if uncovered:
             warnings.append(f"{len(uncovered)} kernel(s) had no regressor of their own type "
                             f"and were estimated by a family regressor or the FLOPs/bytes "
@@ -430,7 +444,9 @@ class LatencyPredictor:
             layout_ms=named.get("reorders", 0.0) + named.get("edges", 0.0), terms=terms,
             uncovered=tuple(uncovered), backend_id=self.backend_id, device=self.device,
             device_mismatch=mismatch, warnings=tuple(warnings),
-            model=getattr(graph, "name", ""),
+            model=getattr(graph, "name", ""), device_name=self.device_name,
+            device_selection=res.how if res is not None else "",
+            device_differences=tuple(diffs),
         )
 
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
@@ -463,17 +479,44 @@ class LatencyPredictor:
             if collecting:
                 gc.enable()
 
-    def check_device(self) -> tuple[bool, tuple[str, ...]]:
-        """(mismatch, differing fields) of this machine against the data's device.
+    @property
+    def device_name(self) -> str:
+        """The readable name of the device the kernel data was measured on."""
+        if self.resolution is not None and self.resolution.dataset.device_name:
+            return self.resolution.dataset.device_name
+        return str((self.device or {}).get("name") or "")
 
-        Uses a cheap fingerprint (CPU model, cores, architecture, runtime package version
-        from its metadata, backend settings) without starting the runtime.
+    def _mismatch_warning(self, diffs: Sequence[str]) -> str:
+        res, b = self.resolution, self.backend_id
+        here = (res.local.get("name") if res is not None else "") or "this machine"
+        there = self.device_name or "another device"
+        if res is not None and res.how == "nearest":
+            return (f"no {b} predictor for this machine ({here}); predicted with the nearest "
+                    f"device's, {there} (differs in: {', '.join(diffs)}), so the times are "
+                    f"that device's and may be far off here. Build one here in about ten "
+                    f"minutes: `nnmeter build --backend {b} --transfer-from {there} "
+                    f"--budget-minutes 10`")
+        return (f"the kernel data of {b} was measured on another device ({there}; differs "
+                f"in: {', '.join(diffs)}); predictions may be far off on {here}. Build a "
+                f"predictor here with `nnmeter build --backend {b} --transfer-from "
+                f"{there} --budget-minutes 10`")
+
+    def check_device(self) -> tuple[bool, tuple[str, ...]]:
+        """(mismatch, what differs) of this machine against the data's device.
+
+        Uses the resolution :func:`nnmeter.predictors.load_predictor` made, else a cheap
+        DeviceInfo of this machine (the runtime's version from package metadata; the
+        runtime is not started).
         """
         if self._device_check is None:
-            self._device_check = _compare_device(self.backend_id, self.device)
-            if self._device_check[0]:
-                logger.warning("%s predictor: data measured on a different device/runtime "
-                               "(%s)", self.backend_id, ", ".join(self._device_check[1]))
+            if self.resolution is not None:
+                self._device_check = (self.resolution.mismatch,
+                                      tuple(self.resolution.differences))
+            else:
+                self._device_check = _compare_device(self.backend_id, self.device)
+            if self._device_check[0] and not (self.resolution is not None
+                                              and self.resolution.how == "requested"):
+                logger.warning("%s", self._mismatch_warning(self._device_check[1]))
         return self._device_check
 
 
@@ -486,52 +529,23 @@ def _as_graph(model: Any) -> Any:
 
 
 def current_device(backend_id: str) -> dict[str, Any]:
-    """A cheap DeviceInfo-like dict of this machine for ``backend_id`` (no runtime import)."""
-    import os
-    import platform
-    from importlib import metadata
+    """This machine's DeviceInfo for ``backend_id`` as a dict (no runtime import)."""
+    from nnmeter.devices.datasets import local_device
 
-    from nnmeter.backends import get_backend
-    from nnmeter.backends.base import local_cpu_model
-
-    backend = get_backend(backend_id)
-    version = ""
-    top = (backend.runtime_module or "").split(".")[0]
-    try:
-        dists = metadata.packages_distributions().get(top, [])
-        if dists:
-            version = metadata.version(dists[0])
-    except Exception:  # metadata can be incomplete; then the version is not compared
-        version = ""
-    from nnmeter.predictors.facts import local_cpu_facts
-
-    return {"cpu_model": local_cpu_model(), "cores": os.cpu_count() or 0,
-            "runtime": backend.runtime, "runtime_version": version,
-            "settings": backend.settings(), "arch": platform.machine(),
-            "isa": local_cpu_facts()["isa"]}
+    return local_device(backend_id).as_dict()
 
 
 def _compare_device(backend_id: str, device: dict[str, Any] | None) -> tuple[bool, tuple[str, ...]]:
     if not device:
         return True, ("no device recorded",)
     try:
-        now = current_device(backend_id)
+        from nnmeter.devices.datasets import differences, local_device
+
+        local = local_device(backend_id)
     except Exception as err:  # an unknown backend here must not break prediction
         logger.debug("cannot fingerprint %s: %s", backend_id, err)
         return False, ()
-    diffs = []
-    for key in ("cpu_model", "cores", "arch", "runtime", "settings"):
-        if key in device and device.get(key) != now.get(key):
-            diffs.append(key)
-    v_old, v_new = str(device.get("runtime_version", "")), now.get("runtime_version", "")
-    if v_new and v_old and not (v_old.startswith(v_new) or v_new.startswith(v_old)):
-        diffs.append("runtime_version")
-    # the ISA the kernels dispatch on: two CPUs of one model name can differ here (an
-    # AVX-512 machine's data runs 1.6-1.9x slower on an AVX2 one) and nothing else shows it
-    isa_old, isa_new = device.get("isa"), now.get("isa")
-    if isinstance(isa_old, list) and isa_new is not None and set(isa_old) != set(isa_new):
-        gone = sorted(set(isa_old) - set(isa_new))
-        extra = sorted(set(isa_new) - set(isa_old))
-        diffs.append("isa (" + ", ".join([*(f"data has {f}" for f in gone),
-                                          *(f"this CPU has {f}" for f in extra)]) + ")")
+    # the ISA the kernels dispatch on is compared too: two CPUs of one model name can
+    # differ there (an AVX-512 machine's data runs 1.6-1.9x slower on an AVX2 one)
+    diffs = differences(local, device)
     return bool(diffs), tuple(diffs)

@@ -65,7 +65,7 @@ from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["REORDER_FILE", "REORDER_OPS", "fit_reorder_curve", "reorder_ms",
            "reorder_cost_ms", "single_kernel_reorders_ms",
-           "measure_reorders", "write_reorders", "read_reorders"]
+           "measure_reorders", "planned_reorder_work", "write_reorders", "read_reorders"]
 
 #: per-dataset file holding the profiled reorder cost
 REORDER_FILE = "reorders.json"
@@ -157,12 +157,49 @@ def _calibration_rows(dataset: Any, per_type: int) -> list[tuple[str, dict[str, 
     return out
 
 
+def _row_key(kernel_type: str, row: dict[str, Any]) -> str:
+    return json.dumps([kernel_type, row["config"]], sort_keys=True)
+
+
+def _stored_nodes(point: Any) -> list[list[Any]] | None:
+    """The reorder points of one profiled model read back from the points file, or
+    None when the line does not hold them."""
+    nodes = point.get("nodes") if isinstance(point, dict) else None
+    if not isinstance(nodes, list) or not all(
+            isinstance(n, list) and len(n) == 4 and n[2] in ("in", "out") for n in nodes):
+        return None
+    return nodes
+
+
+def planned_reorder_work(backend_id: str, dataset_dir: str | os.PathLike, *,
+                         per_type: int = 12) -> int:
+    """Models :func:`measure_reorders` still has to profile on the dataset in
+    ``dataset_dir``: its calibration rows without a point in the points file (reads
+    the dataset's rows, profiles nothing)."""
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    done = CalibrationPoints.of(ds, REORDER_FILE).load()
+    return sum(1 for t, row in _calibration_rows(ds, per_type)
+               if _stored_nodes(done.get(_row_key(t, row))) is None)
+
+
 def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_type: int = 12,
-                     runs: int = 15, core: int | None = 1) -> dict[str, Any]:
+                     runs: int = 15, core: int | None = 1, deadline: float | None = None,
+                     progress: bool = False) -> dict[str, Any]:
     """Profile single-kernel models of the dataset and fit the reorder curve.
 
     Returns the record :func:`write_reorders` stores (``points`` as [elements, ms,
     side, kernel type], ``curve``, ``fingerprint_id``, ``backend_id``, ``runs``).
+
+    Each profiled model's reorders are appended to ``reorders.points.jsonl``
+    (:class:`~nnmeter.predictors.chain.CalibrationPoints`); a model already there with
+    the dataset's fingerprint is not profiled again. From ``deadline`` (a
+    ``time.monotonic()`` time) on no model is started once one is done, and the record
+    is marked ``partial`` (``points_planned`` and ``points_measured`` count models;
+    :func:`~nnmeter.predictors.chain.mark_partial`); a later call continues it.
+    ``progress`` shows a progress bar (tqdm).
 
     Raises
     ------
@@ -171,8 +208,11 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
     DatasetError
         If no reorder could be profiled.
     """
+    from tqdm import tqdm
+
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
     from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.predictors.layout import reorder_elements
 
@@ -183,37 +223,77 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
     if not chosen:
         raise DatasetError(f"{ds.directory} holds no blocked kernel (conv, dwconv, pool) "
                            f"to profile reorders from")
+    log = CalibrationPoints.of(ds, REORDER_FILE)
+    done = log.load()
+    stored = {}
+    for t, row in chosen:
+        nodes = _stored_nodes(done.get(_row_key(t, row)))
+        if nodes is not None:
+            stored[_row_key(t, row)] = nodes
+    profiled = len(stored)
+    missing = 0
+    bar = tqdm(total=len(chosen), initial=profiled, unit="model", disable=not progress,
+               desc=f"calibrate layout reorders ({backend_id})")
     with Profiler(backend_id, core=core) as prof:
         fid = prof.backend.device_info().fingerprint_id
-        if ds.fingerprint_id is not None and ds.fingerprint_id != fid:
+        if ds.fingerprint_id is not None and \
+                fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
             raise FingerprintMismatchError(
                 f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
                 f"this device is {fid!r}; calibrate on the device that measured the dataset")
-        for t, row in chosen:
-            kt = KERNEL_TYPES.get(t)
-            cfg = kt.config_from_dict(row["config"])
-            n = dict(zip(("in", "out"), reorder_elements(kt, cfg, block)))
-            try:
-                nodes = prof.profile(kt.build_graph(cfg), runs=runs)
-            except Exception as err:  # one kernel the runtime rejects must not stop the rest
-                logger.warning("could not profile %s %s: %s", t, row["config"], err)
-                continue
-            for node in nodes:
-                side = REORDER_OPS.get(node.op_type)
-                if side and node.time_ms and n[side]:
-                    points.append([n[side], float(node.time_ms), side, t])
+        try:
+            for t, row in chosen:
+                key = _row_key(t, row)
+                if key in stored:
+                    points.extend(stored[key])
+                    continue
+                if deadline is not None and time.monotonic() >= deadline and profiled:
+                    missing += 1
+                    continue
+                kt = KERNEL_TYPES.get(t)
+                cfg = kt.config_from_dict(row["config"])
+                n = dict(zip(("in", "out"), reorder_elements(kt, cfg, block)))
+                try:
+                    nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+                except Exception as err:  # one kernel the runtime rejects must not stop the rest
+                    logger.warning("could not profile %s %s: %s", t, row["config"], err)
+                    continue
+                finally:
+                    bar.update(1)
+                new = []
+                for node in nodes:
+                    side = REORDER_OPS.get(node.op_type)
+                    if side and node.time_ms and n[side]:
+                        new.append([n[side], float(node.time_ms), side, t])
+                points.extend(new)
+                profiled += 1
+                log.append(key, {"nodes": new})
+        finally:
+            bar.close()
     if not points:
-        raise DatasetError(f"no reorder was profiled from {ds.directory} on {backend_id}")
-    return {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "curve": fit_reorder_curve([(p[0], p[1]) for p in points]), "points": points}
+        cut = (f" before its deadline cut it after {profiled} of {len(chosen)} models"
+               if missing else "")
+        raise DatasetError(f"no reorder was profiled from {ds.directory} on {backend_id}"
+                           f"{cut}")
+    rec = {"backend_id": backend_id, "fingerprint_id": fid, "runs": runs,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "curve": fit_reorder_curve([(p[0], p[1]) for p in points]), "points": points}
+    if missing:
+        mark_partial(rec, planned=len(chosen), measured=profiled)
+    return rec
 
 
 def write_reorders(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write ``record`` (from :func:`measure_reorders`) to ``<dataset_dir>/reorders.json``."""
+    """Write ``record`` (from :func:`measure_reorders`) to ``<dataset_dir>/reorders.json``,
+    atomically; a complete record (not ``partial``) removes the calibration's points
+    file."""
+    from nnmeter.predictors.calibration_points import points_path
     from nnmeter.predictors.dataset import write_calibration
 
-    return write_calibration(dataset_dir, REORDER_FILE, record)
+    path = write_calibration(dataset_dir, REORDER_FILE, record)
+    if not record.get("partial"):
+        points_path(dataset_dir, REORDER_FILE).unlink(missing_ok=True)
+    return path
 
 
 def read_reorders(dataset: Any) -> dict[str, Any] | None:

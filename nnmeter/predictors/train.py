@@ -60,22 +60,34 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     PredictorError
         If the dataset holds no usable kernel measurements.
     """
-    from nnmeter.kernels import KERNEL_TYPES
-
     settings = settings or PredictorSettings()
     ds = KernelDataset(Path(dataset_dir), backend_id)
     ctx = fit_context(backend_id, ds, settings, keep=keep, force=force)
-    data = ctx.data
-    regressors: dict[str, Any] = {}
-    counts: dict[str, int] = {}
     # what whole models do that single-kernel measurements do not (overhead, reorders,
     # edges, chain excess...): each term removes its share from the rows, in order, and
     # the predictor applies the same terms back (nnmeter.predictors.composition)
     composition = Composition.fit(ctx, TERMS, names=terms)
+    regressors, counts = fit_regressors(ctx.data, ds, settings)
+    meta = ds.meta() or {}
+    return LatencyPredictor(
+        backend_id, rules, regressors, device=meta.get("device"), composition=composition,
+        meta={"samples": counts, "settings": settings.as_dict(),
+              "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
+    )
 
-    chosen = _read_choice(ds)
+
+def fit_regressors(data: dict[str, KernelData], choice: KernelDataset,
+                   settings: PredictorSettings) -> tuple[dict[str, Any], dict[str, int]]:
+    """The regressors of a predictor (``type:<t>``, ``family:<f>``, ``fallback``) fitted
+    on ``data`` (rows with the composition terms removed), with the regressor choices of
+    ``choice``'s ``predictor.json``; and the row count per type."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    regressors: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    chosen = _read_choice(choice)
     # types whose family regressor beat their own on held-out rows (choose_regressors)
-    use_family = {t for t, src in _read_choice(ds, "source").items() if src == "family"}
+    use_family = {t for t, src in _read_choice(choice, "source").items() if src == "family"}
 
     def fit(kind: str, member: str, X: np.ndarray, y: np.ndarray) -> Any:
         params = {"norm_feature": work_feature(KERNEL_TYPES.get(member))}
@@ -106,12 +118,7 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     fby = np.concatenate([d.y for d in data.values()])
     regressors[FALLBACK_KEY] = LinearKernelRegressor(log_features=True, log_target=True).fit(
         fbX, fby)
-    meta = ds.meta() or {}
-    return LatencyPredictor(
-        backend_id, rules, regressors, device=meta.get("device"), composition=composition,
-        meta={"samples": counts, "settings": settings.as_dict(),
-              "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
-    )
+    return regressors, counts
 
 
 def _read_choice(ds: KernelDataset, key: str = "regressor") -> dict[str, str]:

@@ -56,7 +56,7 @@ from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["STREAM_FILE", "STREAM_SHAPES", "WEIGHT_BYTES", "StreamPoint", "fit_weight_stream",
            "last_level_cache_bytes", "stream_floor_ms", "measure_weight_stream", "write_weight_stream",
-           "read_weight_stream"]
+           "read_weight_stream", "planned_stream_work"]
 
 #: per-dataset file holding the weight streaming rate
 STREAM_FILE = "weight_stream.json"
@@ -135,12 +135,42 @@ def stream_floor_ms(params: float, bytes_per_ms: float) -> float:
     return float(params) * WEIGHT_BYTES / bytes_per_ms
 
 
+def _stream_key(cin: int, cout: int) -> str:
+    return f"fc {cin}x{cout}"
+
+
+def planned_stream_work(backend_id: str, dataset_dir: str | os.PathLike) -> int:
+    """Measurements :func:`measure_weight_stream` still has to make on the dataset in
+    ``dataset_dir``: the :data:`STREAM_SHAPES` without a point in its points file."""
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+    from nnmeter.predictors.dataset import KernelDataset
+
+    done = CalibrationPoints.of(KernelDataset(Path(dataset_dir), backend_id), STREAM_FILE).load()
+    return sum(1 for cin, cout in STREAM_SHAPES if _stream_key(cin, cout) not in done)
+
+
+def _stored_point(point: Any) -> StreamPoint | None:
+    try:
+        return StreamPoint(int(point["cin"]), int(point["cout"]), float(point["latency_ms"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
-                          core: int | None = 1, profiler: Any = None) -> dict[str, Any]:
+                          core: int | None = 1, profiler: Any = None,
+                          deadline: float | None = None,
+                          progress: bool = False) -> dict[str, Any]:
     """Time the :data:`STREAM_SHAPES` fc kernels on this device and fit the rate.
 
     Returns the record that :func:`write_weight_stream` stores: ``points``,
     ``bytes_per_ms``, ``fingerprint_id``, ``backend_id`` and a timestamp.
+
+    Each timed kernel is appended to ``weight_stream.points.jsonl``
+    (:class:`~nnmeter.predictors.chain.CalibrationPoints`); one already there with the
+    dataset's fingerprint is not timed again. From ``deadline`` (a ``time.monotonic()``
+    time) on no kernel is started once there is a point, and the record is marked
+    ``partial`` (:func:`~nnmeter.predictors.chain.mark_partial`); a later call
+    continues it. ``progress`` shows a progress bar (tqdm).
 
     Raises
     ------
@@ -149,44 +179,74 @@ def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
     DatasetError
         If no kernel could be timed.
     """
+    from tqdm import tqdm
+
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
     kt = KERNEL_TYPES.get("fc")
-    own = profiler is None
-    prof = Profiler(backend_id, core=core) if own else profiler
+    log = CalibrationPoints.of(ds, STREAM_FILE)
+    stored = {k: p for k, v in log.load().items() if (p := _stored_point(v)) is not None}
+    prof = profiler
     fid = None
+    points: list[StreamPoint] = []
+    missing = 0
+    bar = tqdm(total=len(STREAM_SHAPES), unit="kernel", disable=not progress,
+               initial=sum(1 for c in STREAM_SHAPES if _stream_key(*c) in stored),
+               desc=f"calibrate weight stream ({backend_id})")
     try:
-        points = []
         for cin, cout in STREAM_SHAPES:
+            key = _stream_key(cin, cout)
+            if key in stored:
+                points.append(stored[key])
+                continue
+            if deadline is not None and time.monotonic() >= deadline and (points or stored):
+                missing += 1
+                continue
+            if prof is None:
+                prof = Profiler(backend_id, core=core)
             m = prof.measure(kt.build_graph(kt.config_cls(cin=cin, cout=cout)))
+            bar.update(1)
             if not m.ok:
                 logger.warning("weight stream: fc %dx%d failed: %s", cin, cout, m.error)
                 continue
             fid = m.device.fingerprint_id if m.device is not None else fid
-            if ds.fingerprint_id is not None and fid is not None and ds.fingerprint_id != fid:
+            if ds.fingerprint_id is not None and fid is not None and \
+                    fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
                 raise FingerprintMismatchError(
                     f"dataset {ds.directory} was measured on fingerprint "
                     f"{ds.fingerprint_id!r}, this device is {fid!r}; calibrate on the device "
                     f"that measured the dataset")
             points.append(StreamPoint(cin, cout, float(m.latency_ms)))
+            log.append(key, asdict(points[-1]))
     finally:
-        if own:
+        bar.close()
+        if prof is not None and profiler is None:
             prof.close()
     fit = fit_weight_stream(points)
-    return {"backend_id": backend_id, "fingerprint_id": fid,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **fit,
-            "llc_bytes": last_level_cache_bytes(),
-            "points": [asdict(p) for p in points]}
+    rec = {"backend_id": backend_id, "fingerprint_id": fid or ds.fingerprint_id,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **fit,
+           "llc_bytes": last_level_cache_bytes(),
+           "points": [asdict(p) for p in points]}
+    if missing:
+        mark_partial(rec, planned=len(STREAM_SHAPES), measured=len(points))
+    return rec
 
 
 def write_weight_stream(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    """Write ``record`` (from :func:`measure_weight_stream`) to the dataset's file."""
+    """Write ``record`` (from :func:`measure_weight_stream`) to the dataset's file,
+    atomically; a complete record (not ``partial``) removes the calibration's points
+    file."""
+    from nnmeter.predictors.calibration_points import points_path
     from nnmeter.predictors.dataset import write_calibration
 
-    return write_calibration(dataset_dir, STREAM_FILE, record)
+    path = write_calibration(dataset_dir, STREAM_FILE, record)
+    if not record.get("partial"):
+        points_path(dataset_dir, STREAM_FILE).unlink(missing_ok=True)
+    return path
 
 
 def read_weight_stream(dataset: Any) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ def fake_env(tmp_path, monkeypatch):
              "dwconv-bn": [{"h": h, "w": h, "cin": c, "kernel": 3, "stride": s, "pads": None}
                            for h, c in ((112, 32), (56, 96), (28, 144), (14, 384)) for s in (1, 2)]}
     for backend, runtime in (("ort-cpu", "onnxruntime"), ("mnn-cpu", "mnn")):
-        build_predictor(backend, budget_minutes=5, root=tmp_path, profiler=_Fake(runtime),
+        build_predictor(backend, dataset=backend, budget_minutes=5, root=tmp_path, profiler=_Fake(runtime),
                         rules=RULES,
                         prior_configs=prior, progress=False, train=False,
                         max_samples_per_type=30, rounds=1, regressor_params={"n_estimators": 5})
@@ -90,7 +90,7 @@ def test_select_backend_ranks(fake_env, capsys):
     assert ms == sorted(ms) and out["predicted_best"] == out["ranking"][0]["backend_id"]
 
 
-@pytest.mark.skipif(not (REPO / "datasets" / "kernels" / "ort-cpu").exists(),
+@pytest.mark.skipif(not list((REPO / "datasets" / "kernels").glob("ort-cpu@*")),
                     reason="the shipped ort-cpu kernel data is not in this checkout")
 def test_shipped_ort_predictor_on_example(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
@@ -114,7 +114,11 @@ def test_build_cli_with_fake_profiler(tmp_path, monkeypatch, capsys):
                      "--rounds", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["types"]["relu"]["samples"] > 0 and out["measurements"] > 0
-    assert (tmp_path / "datasets" / "kernels" / "ort-cpu" / "relu.jsonl").exists()
+    from nnmeter.devices.cpu import local_cpu
+
+    # a build writes this machine's own dataset, <backend>@<device name>
+    mine = f"ort-cpu@{local_cpu().short_name()}"
+    assert (tmp_path / "datasets" / "kernels" / mine / "relu.jsonl").exists()
 
 
 class _FakeCtx(_Fake):

@@ -17,7 +17,7 @@ def conv_bn_relu_dir(tmp_path_factory, linear_cost_profiler):
                                                          ("bn", "relu"): True})
     convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1, "groups": 1,
               "pads": None} for h in (7, 14, 28) for c in range(8, 200, 8)]
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler,
                     rules=rules, prior_configs={"conv-bn-relu": convs},
                     kernels=["conv-bn-relu"], progress=False, train=False,
                     max_samples_per_type=60, rounds=0, initial_fraction=1.0)

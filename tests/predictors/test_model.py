@@ -41,7 +41,7 @@ PRIOR = {
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=_Fake(), rules=RULES,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=root, profiler=_Fake(), rules=RULES,
                     prior_configs=PRIOR, progress=False, train=False, max_samples_per_type=40,
                     rounds=1, regressor_params={"n_estimators": 10})
     return root
@@ -109,22 +109,23 @@ def test_device_mismatch_warns(predictor, caplog):
 
 def test_a_cpu_of_the_same_name_with_another_isa_warns(predictor, monkeypatch):
     # the round-1 trap: an AVX2 machine fingerprints like the AVX-512 one the data is from
-    import nnmeter.predictors.facts as facts
-    from nnmeter.predictors.model import current_device
+    import dataclasses
 
-    here = current_device("ort-cpu")
-    recorded = {k: here[k] for k in ("cpu_model", "cores", "arch", "runtime", "settings")}
+    import nnmeter.devices.datasets as dsets
+
+    here = dsets.local_device("ort-cpu")
+    recorded = {k: v for k, v in here.as_dict().items() if k != "fingerprint_id"}
     recorded["isa"] = ["avx2", "fma", "avx512f", "avx512bw"]
-    monkeypatch.setattr(facts, "local_cpu_facts",
-                        lambda *a, **k: {"isa": ["avx2", "fma"], "caches": {}})
+    avx2 = dataclasses.replace(here, isa=("avx2", "fma"))
+    monkeypatch.setattr(dsets, "local_device", lambda backend_id: avx2)
     rep = LatencyPredictor("ort-cpu", RULES, predictor.regressors, device=recorded).predict(
         _model())
     assert rep.device_mismatch
     text = " ".join(rep.warnings)
     assert "data has avx512f" in text and "data has avx512bw" in text
-    monkeypatch.setattr(facts, "local_cpu_facts",
-                        lambda *a, **k: {"isa": ["fma", "avx512bw", "avx2", "avx512f"],
-                                         "caches": {}})
+    assert "--transfer-from" in text
+    same_isa = dataclasses.replace(here, isa=("fma", "avx512bw", "avx2", "avx512f"))
+    monkeypatch.setattr(dsets, "local_device", lambda backend_id: same_isa)
     same = LatencyPredictor("ort-cpu", RULES, predictor.regressors, device=recorded)
     assert same.check_device() == (False, ())
 

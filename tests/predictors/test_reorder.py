@@ -75,7 +75,7 @@ def test_training_subtracts_the_steeper_reorders_of_large_kernels(tmp_path,
     convs = [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 1, "stride": 1, "groups": 1,
               "pads": None} for h in (14, 56, 112, 224) for c in (16, 32, 64, 128)]
     relus = [{"h": h, "w": h, "cin": c} for h in (7, 14, 28, 56) for c in (16, 32)]
-    build_predictor("ort-cpu", budget_minutes=5, root=tmp_path, profiler=linear_cost_profiler,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=tmp_path, profiler=linear_cost_profiler,
                     rules=rules, prior_configs={"conv-bn-relu": convs, "relu": relus},
                     progress=False, train=False, max_samples_per_type=16, rounds=0,
                     initial_fraction=1.0, calibrate_weight_stream=False)

@@ -27,15 +27,15 @@ def data_dir(tmp_path_factory, linear_cost_profiler):
     # every conv-family kernel costs the same function of its work, so the family's
     # pooled rows can predict a thinly sampled member better than its own few rows
     root = tmp_path_factory.mktemp("data")
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
                     prior_configs={"conv-bn-relu": _convs(40), "conv-bn": _convs(40)},
                     kernels=["conv-bn-relu"], progress=False, train=False,
                     max_samples_per_type=150, rounds=0, initial_fraction=1.0)
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
                     prior_configs={"conv-bn-relu": _convs(40), "conv-bn": _convs(40)},
                     kernels=["conv-bn"], progress=False, train=False,
                     max_samples_per_type=35, rounds=0, initial_fraction=1.0)
-    build_predictor("ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
+    build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=root, profiler=linear_cost_profiler, rules=RULES,
                     prior_configs={"conv": _convs(40)},
                     kernels=["conv"], progress=False, train=False,
                     max_samples_per_type=35, rounds=0, initial_fraction=1.0)

@@ -36,11 +36,21 @@ class ChainTerm(Term):
     measures_after: ClassVar[bool] = True
 
     @classmethod
+    def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
+        """Measurements the calibration still has to make
+        (:func:`~nnmeter.predictors.chain.planned_chain_work`)."""
+        from nnmeter.predictors.chain import planned_chain_work
+
+        return planned_chain_work(backend_id, dataset_dir)
+
+    @classmethod
     def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None,
+                deadline: float | None = None, progress: bool = False,
                 **kwargs: Any) -> dict[str, Any]:
-        """Measure ``chain_excess.json`` (:func:`~nnmeter.predictors.chain.measure_chain`;
-        ``kwargs`` go there), removing what ``before`` removes: the composition of the
-        terms ahead of this one on the dataset
+        """Measure ``chain_excess.json`` (:func:`~nnmeter.predictors.chain.measure_chain`,
+        stopping at ``deadline`` with a partial record, resuming from its points file;
+        ``progress`` and ``kwargs`` go there), removing what ``before`` removes: the
+        composition of the terms ahead of this one on the dataset
         (:func:`nnmeter.predictors.terms.composition_before`)."""
         from nnmeter.predictors.chain import measure_chain
 
@@ -55,7 +65,8 @@ class ChainTerm(Term):
 
         return measure_chain(backend_id, dataset_dir,
                              overhead_ms=overhead.overhead_ms if overhead is not None else 0.0,
-                             single_costs=single_costs, **kwargs)
+                             single_costs=single_costs, deadline=deadline,
+                             progress=progress, **kwargs)
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "ChainTerm | None":

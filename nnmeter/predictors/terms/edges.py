@@ -73,10 +73,20 @@ class EdgesTerm(Term):
         return facts.edge_conversions
 
     @classmethod
-    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None) -> dict[str, Any]:
+    def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
+        """Models the calibration still has to profile
+        (:func:`~nnmeter.predictors.boundary.planned_boundary_work`)."""
+        from nnmeter.predictors.boundary import planned_boundary_work
+
+        return planned_boundary_work(backend_id, dataset_dir)
+
+    @classmethod
+    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None,
+                deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
+        """Measure ``boundary.json`` (:func:`~nnmeter.predictors.boundary.measure_boundary`)."""
         from nnmeter.predictors.boundary import measure_boundary
 
-        return measure_boundary(backend_id, dataset_dir)
+        return measure_boundary(backend_id, dataset_dir, deadline=deadline, progress=progress)
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "EdgesTerm | None":

@@ -45,8 +45,18 @@ class RefetchTerm(Term):
         return True
 
     @classmethod
-    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None) -> dict[str, Any]:
-        return cls._module().measure_weight_stream(backend_id, dataset_dir)
+    def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
+        """Kernels the calibration still has to time
+        (:func:`~nnmeter.predictors.weight_stream.planned_stream_work`)."""
+        return cls._module().planned_stream_work(backend_id, dataset_dir)
+
+    @classmethod
+    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None,
+                deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
+        """Measure ``weight_stream.json``
+        (:func:`~nnmeter.predictors.weight_stream.measure_weight_stream`)."""
+        return cls._module().measure_weight_stream(backend_id, dataset_dir, deadline=deadline,
+                                                   progress=progress)
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "RefetchTerm | None":

@@ -64,10 +64,20 @@ class ReordersTerm(Term):
         return bool(facts.layout_block)
 
     @classmethod
-    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None) -> dict[str, Any]:
+    def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
+        """Models the calibration still has to profile
+        (:func:`~nnmeter.predictors.reorder.planned_reorder_work`)."""
+        from nnmeter.predictors.reorder import planned_reorder_work
+
+        return planned_reorder_work(backend_id, dataset_dir)
+
+    @classmethod
+    def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None,
+                deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
+        """Measure ``reorders.json`` (:func:`~nnmeter.predictors.reorder.measure_reorders`)."""
         from nnmeter.predictors.reorder import measure_reorders
 
-        return measure_reorders(backend_id, dataset_dir)
+        return measure_reorders(backend_id, dataset_dir, deadline=deadline, progress=progress)
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "ReordersTerm | None":

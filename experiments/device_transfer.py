@@ -1,0 +1,141 @@
+"""A device without a predictor: another device's predictor unadapted, a transfer build
+and a full build, scored on model sets measured on that device.
+
+Usage (the sets measured first, on the new device, with model_accuracy.py):
+  flock /tmp/nnmeter-measure.lock python experiments/model_accuracy.py measure \
+      --backend ort-cpu-t2 --n 20 --passes 2                  # seed 1000
+  flock /tmp/nnmeter-measure.lock python experiments/model_accuracy.py measure \
+      --backend ort-cpu-t2 --n 8 --passes 2 --seed 2000
+  python experiments/device_transfer.py --backend ort-cpu-t2 \
+      --unadapted ort-cpu:ort-cpu@epyc-zen4-avx512-2c \
+      --transfer ort-cpu-t2@epyc-zen4-avx512-2c [--full ort-cpu-t2@...-full]
+
+For each predictor and set: models within ±10 % and ±5 % of the measured time (the
+faster of the set's two passes, measured in one run), MAPE, and beside them the
+repeatability: the share of models whose two passes agree within ±10 %. Measurements
+and wall minutes of a build come from its dataset (rows, ``builds.jsonl``). Writes
+experiments/results/device_transfer_<backend>.{txt,json} and each dataset's
+``accuracy.json`` (shown by ``nnmeter devices``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+def _truth(backend: str, seed: int) -> tuple[dict[str, float], float, int, str]:
+    """name -> measured ms (faster pass), repeatability ±10 %, pairs, device name."""
+    from nnmeter.devices.datasets import model_set_path
+
+    path = model_set_path(backend, seed)
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("ok") and r.get("latency_ms"):
+            by.setdefault(r["variant"], []).append(float(r["latency_ms"]))
+    pairs = [(v[0], v[1]) for v in by.values() if len(v) >= 2]
+    rep = float(np.mean([abs(a - b) / min(a, b) <= 0.10 for a, b in pairs])) if pairs \
+        else float("nan")
+    return {k: min(v) for k, v in by.items()}, rep, len(pairs), path.parent.name
+
+
+def _build_cost(ds_dir: Path) -> tuple[int, float]:
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(ds_dir, "")
+    n = sum(1 for t in ds.kernel_types() for _ in ds.rows(t))
+    minutes = 0.0
+    p = ds_dir / "builds.jsonl"
+    for line in p.read_text().splitlines() if p.exists() else []:
+        try:
+            minutes += float(json.loads(line).get("minutes") or 0)
+        except (ValueError, TypeError):
+            continue
+    return n, minutes
+
+
+def main() -> None:
+    from nnmeter import zoo
+    from nnmeter.evaluate import evaluate
+    from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", required=True, help="the new device's backend id")
+    ap.add_argument("--unadapted", required=True, metavar="BACKEND:DATASET",
+                    help="the other device's predictor, used as it is")
+    ap.add_argument("--transfer", default=None, metavar="DATASET")
+    ap.add_argument("--full", default=None, metavar="DATASET")
+    ap.add_argument("--seeds", default="1000,2000")
+    args = ap.parse_args()
+    ub, uds = args.unadapted.split(":", 1)
+    preds = [("another device's, unadapted", ub, uds, True)]
+    if args.transfer:
+        preds.append(("transfer", args.backend, args.transfer, False))
+    if args.full:
+        preds.append(("full build", args.backend, args.full, False))
+    report = {"backend": args.backend, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "sets": {}, "predictors": {}}
+    lines = [f"# {args.backend}: predictors on model sets measured on this device "
+             f"({time.strftime('%Y-%m-%d')})",
+             f"# command: python experiments/device_transfer.py --backend {args.backend} "
+             f"--unadapted {args.unadapted}"
+             + (f" --transfer {args.transfer}" if args.transfer else "")
+             + (f" --full {args.full}" if args.full else "")]
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        truth, rep, n_pairs, device = _truth(args.backend, seed)
+        if not truth:
+            lines.append(f"seed {seed}: no measured models")
+            continue
+        names = sorted(truth)
+        graphs = [zoo.get_variant(n).build() for n in names]
+        true = np.array([truth[n] for n in names])
+        fams = sorted({zoo.get_variant(n).family for n in names})
+        report["sets"][seed] = {"device": device, "models": len(names), "families": len(fams),
+                                "repeatability_acc10": rep, "repeat_pairs": n_pairs}
+        lines.append(f"\nseed {seed}: {len(names)} models of {len(fams)} families measured "
+                     f"on {device}; repeatability (two passes within ±10 %) "
+                     f"{100 * rep:.1f} % of {n_pairs}")
+        lines.append(f"{'predictor':30s} {'measurements':>12s} {'minutes':>8s} "
+                     f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}")
+        for label, b, ds_id, unadapted in preds:
+            pred = load_predictor(b, dataset=ds_id)
+            got = np.array(pred.predict_many(graphs))
+            m = evaluate(got, true)
+            n, minutes = (0, 0.0) if unadapted else _build_cost(kernel_dataset_dir(ds_id))
+            report["predictors"].setdefault(label, {"backend": b, "dataset": ds_id,
+                                                    "measurements": n, "minutes": minutes})
+            report["predictors"][label][f"seed{seed}"] = m.as_dict()
+            lines.append(f"{label:30s} {n:12d} {minutes:8.1f} {100 * m.acc10:6.1f} "
+                         f"{100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
+            if not unadapted:
+                acc_path = kernel_dataset_dir(ds_id) / "accuracy.json"
+                acc = json.loads(acc_path.read_text()) if acc_path.exists() else {}
+                acc[f"zoo seed {seed}"] = {"acc10": m.acc10, "acc5": m.acc5,
+                                           "mape_percent": m.mape_percent, "n": m.n,
+                                           "repeatability_acc10": rep,
+                                           "measured_on": device,
+                                           "date": time.strftime("%Y-%m-%d"),
+                                           "command": "python experiments/device_transfer.py"}
+                acc_path.write_text(json.dumps(acc, indent=1, sort_keys=True) + "\n")
+    OUT.mkdir(exist_ok=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (OUT / f"device_transfer_{args.backend}.txt").write_text(text)
+    (OUT / f"device_transfer_{args.backend}.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

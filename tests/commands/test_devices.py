@@ -1,0 +1,54 @@
+"""``nnmeter devices`` and ``nnmeter predict --device``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from nnmeter import cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devices"))
+from test_datasets import device_of, make_dataset  # noqa: E402
+
+
+@pytest.fixture
+def two_devices(tmp_path, monkeypatch):
+    import nnmeter.devices.datasets as dsets
+
+    zen4, zen3 = device_of("epyc-zen4-avx512"), device_of("epyc-zen3-avx2")
+    d4 = make_dataset(tmp_path, zen4, rows=40)
+    make_dataset(tmp_path, zen3, rows=5)
+    (d4 / "accuracy.json").write_text(json.dumps({"zoo seed 1000": {"acc10": 0.97}}))
+    (d4 / "builds.jsonl").write_text(json.dumps({"minutes": 12.5}) + "\n{torn")
+    monkeypatch.setenv("NNMETER_DATA", str(tmp_path))
+    monkeypatch.setattr(dsets, "local_device", lambda backend_id: zen3)
+    return zen4, zen3
+
+
+def test_devices_json_lists_every_device_and_this_machine(two_devices, capsys):
+    zen4, zen3 = two_devices
+    assert cli.main(["devices", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"name", "isa", "caches", "cores", "vendor"} <= set(out["this_machine"])
+    rows = {r["device"]: r for r in out["backends"]["ort-cpu"]}
+    assert set(rows) == {zen4.name, zen3.name}
+    assert rows[zen4.name]["measurements"] == 40 and rows[zen4.name]["build_minutes"] == 12.5
+    assert rows[zen4.name]["accuracy"]["zoo seed 1000"]["acc10"] == 0.97
+    assert rows[zen3.name]["used_here"] and rows[zen3.name]["this_machine"]
+    assert not rows[zen4.name]["used_here"] and rows[zen3.name]["selection"] == "this machine"
+
+
+def test_devices_text_marks_the_one_used_here(two_devices, capsys):
+    assert cli.main(["devices"]) == 0
+    text = capsys.readouterr().out
+    assert "this machine:" in text and "epyc-zen4-avx512-2c" in text and "*" in text
+
+
+def test_predict_with_an_unknown_device_lists_the_known(two_devices, capsys):
+    example = Path(__file__).resolve().parents[2] / "examples" / "mobilenetv2.json"
+    assert cli.main(["predict", str(example), "-b", "ort-cpu", "--device", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "nosuch" in err and "epyc-zen4-avx512-2c" in err and "epyc-zen3-avx2-2c" in err

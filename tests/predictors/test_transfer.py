@@ -1,0 +1,174 @@
+"""Transfer: another device's predictor adapted to this one from a few hundred kernels."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nnmeter.backends.base import DeviceInfo, Measurement
+from nnmeter.builder import build_by_transfer, build_predictor
+from nnmeter.errors import DatasetError
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.predictors import load_predictor
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.transfer import LogRatioCorrection, find_source, plan_configs
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+class DeviceProfiler:
+    """A fake device: time = scale * (a linear cost) + overhead, so a second device is
+    the first one slower by a known factor."""
+
+    def __init__(self, name: str, isa: tuple[str, ...], scale: float, overhead: float = 0.01):
+        self.device = DeviceInfo("fake cpu", 2, "onnxruntime", "1", {"threads": 1}, "x86_64",
+                                 vendor="Fake", family=1, model=1, stepping=1, isa=isa,
+                                 caches={"L3": 1 << 25}, name=name)
+        self.scale, self.overhead, self.calls = scale, overhead, 0
+
+    def close(self):
+        """No worker process to stop."""
+
+    def measure(self, graph, on_error="record", **protocol):
+        self.calls += 1
+        c = graph.cost()
+        ms = self.overhead + self.scale * (2e-8 * c.flops + 1e-7 * c.memory_bytes)
+        return Measurement(ms, ms, ms, 0.0, 0.0, 1, 1, self.device)
+
+
+PRIOR = {
+    "conv-bn-relu": [{"h": h, "w": h, "cin": c, "cout": c, "kernel": 3, "stride": 1,
+                      "groups": 1, "pads": None} for h in (7, 14, 28, 56) for c in range(8, 200, 12)],
+    "relu": [{"h": h, "w": h, "cin": c} for h in (7, 14, 28, 56) for c in (16, 32, 64, 128)],
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, monkeypatch_module):
+    """A data root with a source device's dataset (``ort-cpu@src``) and its rules."""
+    root = tmp_path_factory.mktemp("transfer")
+    rules_dir = root / "rules"
+    rules_dir.mkdir()
+    RULES.to_json(rules_dir / "ort-cpu.json")
+    monkeypatch_module.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
+    monkeypatch_module.setenv("NNMETER_CACHE", str(root / "cache"))
+    src = DeviceProfiler("src", ("avx2", "fma", "avx512f"), 1.0)
+    build_predictor("ort-cpu", dataset="ort-cpu@src", budget_minutes=5, root=root,
+                    profiler=src, rules=RULES, prior_configs=PRIOR, progress=False,
+                    train=False, max_samples_per_type=80, rounds=0, initial_fraction=1.0,
+                    kernels=list(PRIOR))
+    return root
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_the_source_is_found_by_name_id_or_fingerprint_and_unknown_lists_known(world):
+    assert find_source("ort-cpu", "src", world).dataset_id == "ort-cpu@src"
+    assert find_source("ort-cpu-t2", "ort-cpu@src", world).dataset_id == "ort-cpu@src"
+    with pytest.raises(DatasetError, match="ort-cpu@src"):
+        find_source("ort-cpu", "nosuch", world)
+    with pytest.raises(DatasetError, match="runtime"):
+        find_source("litert-cpu", "ort-cpu@src", world)
+
+
+def test_the_plan_puts_the_zoo_first_and_covers_every_zoo_type(world):
+    src = load_predictor("ort-cpu", dataset="ort-cpu@src", root=world)
+    plan = plan_configs(src, kernel_dataset_dir("ort-cpu@src", world), "ort-cpu", limit=120)
+    assert 0 < len(plan) <= 120
+    assert {w for _, _, w in plan} >= {"zoo", "spread", "anchor"}
+    types = [t for t, _, _ in plan]
+    assert len(set(types)) >= 5  # every kernel type the zoo spends time in gets a share
+    keys = [(t, json.dumps(c, sort_keys=True)) for t, c, _ in plan]
+    assert len(keys) == len(set(keys))  # nothing planned twice
+
+
+def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
+    tgt = DeviceProfiler("tgt", ("avx2", "fma"), 2.0, overhead=0.02)
+    res = build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@tgt",
+                            profiler=tgt, progress=False, root=world, limit=80)
+    assert res.measurements == tgt.calls and 0 < res.measurements <= 80
+    assert set(res.phases) == {"plan", "measure", "calibrate", "train"}
+    ds = KernelDataset(kernel_dataset_dir("ort-cpu@tgt", world), "ort-cpu")
+    assert json.loads((ds.directory / "transfer.json").read_text())["source_dataset"] == \
+        "ort-cpu@src"
+    rows = [r for t in ds.kernel_types() for r in ds.rows(t)]
+    assert rows and all(r["origin"] == "transfer" for r in rows)
+    assert res.correction["median_ratio"] == pytest.approx(2.0, rel=0.35)
+    # the adapted predictor predicts the target's times; the source's, the source's
+    src = DeviceProfiler("src", ("avx2", "fma", "avx512f"), 1.0)
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get("conv-bn-relu")
+    err_t, err_s = [], []
+    pred_t = load_predictor("ort-cpu", dataset="ort-cpu@tgt", root=world)
+    pred_s = load_predictor("ort-cpu", dataset="ort-cpu@src", root=world)
+    for cfg in PRIOR["conv-bn-relu"][::5]:
+        g = kt.build_graph(kt.config_from_dict(cfg))
+        t_true = tgt.measure(g).latency_ms
+        err_t.append(abs(pred_t.predict(g, check_device=False).total_ms / t_true - 1))
+        err_s.append(abs(pred_s.predict(g, check_device=False).total_ms / t_true - 1))
+    assert np.median(err_t) < 0.15 < np.median(err_s)
+    # resumed: what is measured is not measured again
+    again = DeviceProfiler("tgt", ("avx2", "fma"), 2.0, overhead=0.02)
+    build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@tgt",
+                      profiler=again, progress=False, root=world, limit=80)
+    assert again.calls == 0
+
+
+def test_a_transfer_refuses_another_source_for_the_same_dataset(world):
+    with pytest.raises(DatasetError, match="transferred from"):
+        d = kernel_dataset_dir("ort-cpu@tgt2", world)
+        d.mkdir(parents=True)
+        (d / "transfer.json").write_text(json.dumps({"source_dataset": "ort-cpu@x",
+                                                     "source_backend": "ort-cpu"}))
+        build_by_transfer("ort-cpu", "src", budget_minutes=1, dataset="ort-cpu@tgt2",
+                          profiler=DeviceProfiler("t", ("avx2",), 2.0), progress=False,
+                          root=world)
+    with pytest.raises(Exception, match="budget"):
+        build_by_transfer("ort-cpu", "src", budget_minutes=0, root=world,
+                          profiler=DeviceProfiler("t", ("avx2",), 2.0))
+
+
+def test_the_correction_recovers_a_size_dependent_factor():
+    # small kernels 1x (overhead-bound), large ones 2x faster: a smooth function of size
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.uniform(np.log(0.01), np.log(50), 200))
+    true_ratio = np.where(base > 1, 0.5, 1.0) * (1 + 0.02 * rng.standard_normal(200))
+
+    class Cfg:
+        def __init__(self, c):
+            self.cin = self.cout = c
+
+    cfgs = [Cfg(int(c)) for c in rng.integers(8, 256, 200)]
+    corr = LogRatioCorrection().fit({"conv-bn-relu": (cfgs, base, base * true_ratio)})
+    got = np.exp(corr.log_ratio("conv-bn-relu", cfgs, base))
+    assert np.median(np.abs(got / true_ratio - 1)) < 0.15
+    assert corr.summary()["type_models"] == ["conv-bn-relu"]
+
+
+def test_predicting_for_a_named_device_or_the_nearest(world):
+    # runs after the transfer build above: the root holds ort-cpu@src and ort-cpu@tgt
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get("conv-bn-relu")
+    g = kt.build_graph(kt.config_from_dict(PRIOR["conv-bn-relu"][-1]))
+    for name in ("src", "tgt"):
+        rep = load_predictor("ort-cpu", device=name, root=world).predict(g)
+        assert rep.device_name == name and rep.device_selection == "requested"
+        assert rep.device_mismatch and not any("--transfer-from" in w for w in rep.warnings)
+    slow = load_predictor("ort-cpu", device="tgt", root=world).predict(g).total_ms
+    fast = load_predictor("ort-cpu", device="src", root=world).predict(g).total_ms
+    assert slow > 1.5 * fast
+    # this machine is neither fake device: the nearest one, said plainly
+    rep = load_predictor("ort-cpu", root=world).predict(g)
+    assert rep.device_selection == "nearest" and rep.device_mismatch
+    assert any("--transfer-from" in w and "nearest" in w for w in rep.warnings)
+    d = rep.as_dict()
+    assert d["device_name"] in ("src", "tgt") and d["device_differences"]
