@@ -79,6 +79,9 @@ def main() -> None:
     ap.add_argument("--transfer", default=None, metavar="DATASET")
     ap.add_argument("--full", default=None, metavar="DATASET")
     ap.add_argument("--seeds", default="1000,2000")
+    ap.add_argument("--no-ablation", action="store_true",
+                    help="skip the two ablations of the transfer (one global factor on the "
+                         "unadapted predictor; the transfer's own rows alone, no source)")
     args = ap.parse_args()
     ub, uds = args.unadapted.split(":", 1)
     preds = [("another device's, unadapted", ub, uds, True)]
@@ -86,6 +89,17 @@ def main() -> None:
         preds.append(("transfer", args.backend, args.transfer, False))
     if args.full:
         preds.append(("full build", args.backend, args.full, False))
+    ablations = []
+    if args.transfer and not args.no_ablation:
+        import shutil
+        import tempfile
+
+        # the transfer's rows alone, as a from-scratch predictor (no source data)
+        tmp = Path(tempfile.mkdtemp(prefix="nnmeter-ablation-"))
+        alone = tmp / "datasets" / "kernels" / (args.transfer + "-alone")
+        shutil.copytree(kernel_dataset_dir(args.transfer), alone,
+                        ignore=shutil.ignore_patterns("transfer.json", "accuracy.json"))
+        ablations.append(("transfer rows alone, no source", args.backend, alone.name, tmp))
     report = {"backend": args.backend, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "sets": {}, "predictors": {}}
     lines = [f"# {args.backend}: predictors on model sets measured on this device "
@@ -120,6 +134,23 @@ def main() -> None:
             report["predictors"][label][f"seed{seed}"] = m.as_dict()
             lines.append(f"{label:30s} {n:12d} {minutes:8.1f} {100 * m.acc10:6.1f} "
                          f"{100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
+            if label == "transfer":
+                factor = pred.meta.get("transfer", {}).get("summary", {}).get("median_ratio")
+                base = np.array(load_predictor(ub, dataset=uds).predict_many(graphs))
+                if factor:
+                    mg = evaluate(base * factor, true)
+                    report["predictors"].setdefault("unadapted x one global factor", {})[
+                        f"seed{seed}"] = {**mg.as_dict(), "factor": factor}
+                    lines.append(f"{'  ablation: unadapted x ' + format(factor, '.3f'):30s} "
+                                 f"{n:12d} {'':8s} {100 * mg.acc10:6.1f} {100 * mg.acc5:6.1f} "
+                                 f"{mg.mape_percent:7.1f}")
+                for alabel, ab, ads, aroot in ablations:
+                    ap_ = load_predictor(ab, dataset=ads, root=aroot, use_cache=False)
+                    ma = evaluate(np.array(ap_.predict_many(graphs)), true)
+                    report["predictors"].setdefault(alabel, {})[f"seed{seed}"] = ma.as_dict()
+                    lines.append(f"{'  ablation: ' + alabel:30s} {n:12d} {'':8s} "
+                                 f"{100 * ma.acc10:6.1f} {100 * ma.acc5:6.1f} "
+                                 f"{ma.mape_percent:7.1f}")
             if not unadapted:
                 acc_path = kernel_dataset_dir(ds_id) / "accuracy.json"
                 acc = json.loads(acc_path.read_text()) if acc_path.exists() else {}

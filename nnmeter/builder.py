@@ -832,8 +832,9 @@ def profile_kernel_types(plan: SamplingPlan, result: BuildResult, *, settings: B
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=int(settings.budget_minutes * 60), unit="s",
-                   desc=f"build {result.backend_id}",
+        # the profiling phase's own span (the calibrations and training have theirs)
+        bar = tqdm(total=max(1, int(deadline - t_start)), unit="s",
+                   desc=f"build {result.backend_id}: profiling kernels",
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}s [{elapsed}<{remaining}] {postfix}")
 
     def tick(_: int = 1) -> None:
@@ -990,52 +991,53 @@ def build_predictor(
         settings = replace(settings, dataset=default_dataset_id(backend_id, root))
     ds_dir = kernel_dataset_dir(settings.dataset, root)
     ds = _open_dataset(ds_dir, backend_id, resume=settings.resume)
-    if rules is None:
-        rules = _backend_rules(backend_id, progress=progress)
-    max_params = _param_cap(backend_id)
-    plan = collect_prior(rules, settings=settings, prior_configs=prior_configs)
-    ds.directory.mkdir(parents=True, exist_ok=True)
-    _record_prior(ds.directory / "prior.json", plan.weights, plan.priors, settings.kernels)
+    with ds.writer_lock("build"):  # one build per dataset at a time
+        if rules is None:
+            rules = _backend_rules(backend_id, progress=progress)
+        max_params = _param_cap(backend_id)
+        plan = collect_prior(rules, settings=settings, prior_configs=prior_configs)
+        ds.directory.mkdir(parents=True, exist_ok=True)
+        _record_prior(ds.directory / "prior.json", plan.weights, plan.priors, settings.kernels)
 
-    result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
-    own_profiler = profiler is None
-    # one budget for profiling, calibrations and training (BuildSettings.calibration_share)
-    budget_s = settings.budget_minutes * 60.0
-    reserve_s = min(TRAIN_RESERVE_MAX_SHARE * budget_s,
-                    max(TRAIN_RESERVE_SHARE * budget_s, TRAIN_RESERVE_MIN_S)) \
-        if settings.train else 0.0
-    calibrations = _wanted_calibrations(settings) if own_profiler else []
-    share = settings.calibration_share if calibrations and pending_calibrations(
-        backend_id, ds.directory, calibrations) else 0.0
-    profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
-    calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
-    if own_profiler:
-        from nnmeter.backends import Profiler
-
-        profiler = Profiler(backend_id)
-    try:
-        profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
-                             t_start=t_start, deadline=profile_deadline,
-                             max_params=max_params, progress=progress,
-                             on_type_done=on_type_done)
-    finally:
+        result = BuildResult(backend_id=backend_id, dataset_dir=str(ds_dir))
+        own_profiler = profiler is None
+        # one budget for profiling, calibrations and training (BuildSettings.calibration_share)
+        budget_s = settings.budget_minutes * 60.0
+        reserve_s = min(TRAIN_RESERVE_MAX_SHARE * budget_s,
+                        max(TRAIN_RESERVE_SHARE * budget_s, TRAIN_RESERVE_MIN_S)) \
+            if settings.train else 0.0
+        calibrations = _wanted_calibrations(settings) if own_profiler else []
+        share = settings.calibration_share if calibrations and pending_calibrations(
+            backend_id, ds.directory, calibrations) else 0.0
+        profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
+        calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
         if own_profiler:
-            profiler.close()
-    result.phases["profile"] = (time.monotonic() - t_start) / 60
-    try:
-        if own_profiler and ds.meta() is not None:
-            t_phase = time.monotonic()
-            calibrate(backend_id, ds.directory, calibrations, deadline=calibrate_deadline,
-                      progress=progress)
-            result.phases["calibrate"] = (time.monotonic() - t_phase) / 60
-        if settings.train:
-            t_phase = time.monotonic()
-            train_and_cache(backend_id, ds, settings=settings, root=root)
-            result.phases["train"] = (time.monotonic() - t_phase) / 60
-    finally:
-        result.minutes = (time.monotonic() - t_start) / 60
-        ds.append_raw("builds.jsonl", result.as_dict())
-    return result
+            from nnmeter.backends import Profiler
+
+            profiler = Profiler(backend_id)
+        try:
+            profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
+                                 t_start=t_start, deadline=profile_deadline,
+                                 max_params=max_params, progress=progress,
+                                 on_type_done=on_type_done)
+        finally:
+            if own_profiler:
+                profiler.close()
+        result.phases["profile"] = (time.monotonic() - t_start) / 60
+        try:
+            if own_profiler and ds.meta() is not None:
+                t_phase = time.monotonic()
+                calibrate(backend_id, ds.directory, calibrations, deadline=calibrate_deadline,
+                          progress=progress)
+                result.phases["calibrate"] = (time.monotonic() - t_phase) / 60
+            if settings.train:
+                t_phase = time.monotonic()
+                train_and_cache(backend_id, ds, settings=settings, root=root)
+                result.phases["train"] = (time.monotonic() - t_phase) / 60
+        finally:
+            result.minutes = (time.monotonic() - t_start) / 60
+            ds.append_raw("builds.jsonl", result.as_dict())
+        return result
 
 
 @dataclass
@@ -1138,57 +1140,58 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
             "plan": {"variants_per_family": PLAN_VARIANTS, "seed": PLAN_SEED,
                      "limit": limit, "min_per_type": MIN_PER_TYPE}})
     result = TransferResult(backend_id, str(ds_dir), src.dataset_id)
+    with ds.writer_lock("transfer build"):
 
-    src_pred = load_predictor(src.backend_id, dataset=src.dataset_id, root=root)
-    plan = plan_configs(src_pred, src.directory, backend_id, limit=limit)
-    result.planned = len(plan)
-    done = {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
-            if isinstance(r.get("config"), dict)}
-    todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
-    result.phases["plan"] = (time.monotonic() - t0) / 60
-    measure_deadline = t0 + SAMPLE_SHARE * budget
+        src_pred = load_predictor(src.backend_id, dataset=src.dataset_id, root=root)
+        plan = plan_configs(src_pred, src.directory, backend_id, limit=limit)
+        result.planned = len(plan)
+        done = {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
+                if isinstance(r.get("config"), dict)}
+        todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
+        result.phases["plan"] = (time.monotonic() - t0) / 60
+        measure_deadline = t0 + SAMPLE_SHARE * budget
 
-    own = profiler is None
-    if own:
-        from nnmeter.backends import Profiler
-
-        profiler = Profiler(backend_id)
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), desc="transfer: measuring kernels", unit="cfg",
-                   leave=True)
-    t1 = time.monotonic()
-    try:
-        for t, cfg, _why in todo:
-            if time.monotonic() >= measure_deadline:
-                result.stopped_by_budget = True
-                break
-            got = profile_configs(t, [cfg], "transfer", profiler=profiler, dataset=ds,
-                                  deadline=measure_deadline)
-            result.measurements += 1
-            result.types[t] = result.types.get(t, 0) + len(got)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+        own = profiler is None
         if own:
-            profiler.close()
-    result.phases["measure"] = (time.monotonic() - t1) / 60
+            from nnmeter.backends import Profiler
 
-    t2 = time.monotonic()
-    if own and ds.meta() is not None:
-        cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
-        result.calibrated = list(calibrate(backend_id, ds_dir, None, deadline=cal_deadline,
-                                           progress=progress))
-    result.phases["calibrate"] = (time.monotonic() - t2) / 60
+            profiler = Profiler(backend_id)
+        bar = None
+        if progress and todo:
+            from tqdm import tqdm
 
-    t3 = time.monotonic()
-    pred = load_predictor(backend_id, dataset=dataset, root=root)
-    result.correction = dict(pred.meta.get("transfer", {}).get("summary", {}))
-    result.phases["train"] = (time.monotonic() - t3) / 60
-    result.minutes = (time.monotonic() - t0) / 60
-    ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
-    return result
+            bar = tqdm(total=len(todo), desc="transfer: measuring kernels", unit="cfg",
+                       leave=True)
+        t1 = time.monotonic()
+        try:
+            for t, cfg, _why in todo:
+                if time.monotonic() >= measure_deadline:
+                    result.stopped_by_budget = True
+                    break
+                got = profile_configs(t, [cfg], "transfer", profiler=profiler, dataset=ds,
+                                      deadline=measure_deadline)
+                result.measurements += 1
+                result.types[t] = result.types.get(t, 0) + len(got)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+            if own:
+                profiler.close()
+        result.phases["measure"] = (time.monotonic() - t1) / 60
+
+        t2 = time.monotonic()
+        if own and ds.meta() is not None:
+            cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
+            result.calibrated = list(calibrate(backend_id, ds_dir, None, deadline=cal_deadline,
+                                               progress=progress))
+        result.phases["calibrate"] = (time.monotonic() - t2) / 60
+
+        t3 = time.monotonic()
+        pred = load_predictor(backend_id, dataset=dataset, root=root)
+        result.correction = dict(pred.meta.get("transfer", {}).get("summary", {}))
+        result.phases["train"] = (time.monotonic() - t3) / 60
+        result.minutes = (time.monotonic() - t0) / 60
+        ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
+        return result

@@ -151,7 +151,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
               f"{100 * (out['measured_spread'] or 0):.1f} %)")
         print(f"error:           {out['error_percent']:+.1f} %")
     for w in out["warnings"]:
-        print(f"warning: {w}", file=sys.stderr)
+        if w != predictor.logged_warning:  # the device warning is logged once already
+            print(f"warning: {w}", file=sys.stderr)
     return 0
 
 

@@ -222,12 +222,23 @@ def differences(local: Any, device: Mapping[str, Any]) -> list[str]:
     for d in diffs:
         if d == "isa":
             mine, theirs = set(local.isa), set(device.get("isa") or ())
-            parts = [*(f"data has {f}" for f in sorted(theirs - mine)),
-                     *(f"this CPU has {f}" for f in sorted(mine - theirs))]
-            out.append("isa (" + ", ".join(parts) + ")")
+            order = {f: i for i, f in enumerate(_flag_order())}
+            key = lambda f: (order.get(f, len(order)), f)  # noqa: E731
+            parts = []
+            if theirs - mine:
+                parts.append("data has " + ", ".join(sorted(theirs - mine, key=key)))
+            if mine - theirs:
+                parts.append("this CPU has " + ", ".join(sorted(mine - theirs, key=key)))
+            out.append("isa (" + "; ".join(parts) + ")")
         else:
             out.append(d)
     return out
+
+
+def _flag_order() -> tuple[str, ...]:
+    from nnmeter.devices.cpu import DISPATCH_FLAGS
+
+    return DISPATCH_FLAGS
 
 
 #: how much a difference in each field moves kernel times (for :func:`distance`)

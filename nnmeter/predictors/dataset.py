@@ -21,11 +21,12 @@ A dataset never mixes device fingerprints: :meth:`KernelDataset.check_device` ra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,43 @@ class KernelDataset:
             f"minutes: `nnmeter build --backend {self.backend_id} --transfer-from {there} "
             f"--budget-minutes 10`")
 
+    # -- one writer at a time ------------------------------------------------------
+    LOCK = ".build.lock"
+
+    @contextlib.contextmanager
+    def writer_lock(self, what: str = "build") -> Iterator[None]:
+        """Hold the dataset's inter-process write lock for the block (a build, a
+        transfer build): a second writer is refused at once, with a message naming the
+        dataset and the process that holds it, instead of interleaving rows.
+
+        Raises
+        ------
+        DatasetError
+            If another process holds the lock.
+        """
+        import fcntl
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / self.LOCK
+        fh = open(path, "a+")
+        try:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise DatasetError(
+                    f"dataset {self.directory} is being written by {holder}; two builds on "
+                    f"one dataset would duplicate and interleave rows. Wait for it to end, "
+                    f"or build another dataset with --dataset") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{what} pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}")
+            fh.flush()
+            yield
+        finally:
+            fh.close()
+
     # -- rows -------------------------------------------------------------------
     def path(self, kernel_type: str) -> Path:
         return self.directory / f"{kernel_type}.jsonl"
@@ -190,11 +228,8 @@ class KernelDataset:
     def append(self, kernel_type: str, row: dict[str, Any]) -> None:
         """Append one row and flush it to disk before returning."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
-        with open(self.path(kernel_type), "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _append_line(self.path(kernel_type),
+                     json.dumps(row, sort_keys=True, separators=(",", ":")), sync=True)
 
     def rows(self, kernel_type: str) -> list[dict[str, Any]]:
         """All rows of ``kernel_type`` (a truncated last line is skipped with a warning)."""
@@ -208,9 +243,23 @@ class KernelDataset:
 
     def append_raw(self, name: str, entry: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / name, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-            fh.flush()
+        _append_line(self.directory / name, json.dumps(entry, sort_keys=True, default=str))
+
+
+def _append_line(path: Path, line: str, *, sync: bool = False) -> None:
+    """Append ``line`` and a newline; a torn last line (a killed write) is ended first,
+    so the new row never glues onto the fragment (which readers then skip alone)."""
+    with open(path, "a+b") as fh:
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                logger.warning("%s ends in a torn line (an interrupted write); the next row "
+                               "starts on a new line and the fragment is skipped", path)
+                fh.write(b"\n")
+        fh.write(line.encode("utf-8") + b"\n")
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
 
 
 def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
@@ -218,17 +267,25 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
         return
     with open(path, encoding="utf-8") as fh:
         lines = fh.readlines()
+    torn = []
     for i, line in enumerate(lines):
         line = line.strip()
         if not line:
             continue
         try:
-            yield json.loads(line)
-        except ValueError as err:
-            if i == len(lines) - 1:
-                logger.warning("%s: skipping a truncated last line (an interrupted write)", path)
-                continue
-            raise DatasetError(f"{path} line {i + 1} is not valid JSON: {err}") from err
+            row = json.loads(line)
+        except ValueError:
+            torn.append((i + 1, len(line)))
+            continue
+        if isinstance(row, dict):
+            yield row
+        else:
+            torn.append((i + 1, len(line)))
+    if torn:
+        # fragments of interrupted writes: kept out of every reader, never glued to a row
+        logger.warning("%s: %d line(s) set aside as fragments of interrupted writes (lines %s, "
+                       "%d bytes); the rows around them are read as usual", path, len(torn),
+                       ", ".join(str(n) for n, _ in torn[:5]), sum(b for _, b in torn))
 
 
 def write_calibration(dataset_dir: str | os.PathLike, name: str, record: dict[str, Any]) -> Path:

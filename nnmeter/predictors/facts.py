@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nnmeter.errors import DatasetError
@@ -146,47 +145,25 @@ def device_facts(device: Mapping[str, Any] | None) -> DeviceFacts:
 
 
 #: ISA flags of ``/proc/cpuinfo`` that kernels dispatch on (x86 and ARM)
-DISPATCH_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-                  "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
-                  "amx_bf16", "amx_int8", "neon", "asimd", "asimdhp", "asimddp", "sve",
-                  "sve2", "i8mm", "bf16")
+from nnmeter.devices.cpu import DISPATCH_FLAGS  # noqa: E402  (one list, in nnmeter.devices)
 
 
 def local_cpu_facts(cpuinfo: str | None = None,
                     cache_root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, Any]:
     """``{"isa": [...], "caches": {"L1d": bytes, "L2": ..., "L3": ...}}`` of this machine
-    (or of the given ``/proc/cpuinfo`` text), for a new dataset's device record.
+    (or of the given ``/proc/cpuinfo`` text), for a new dataset's device record; read by
+    :func:`nnmeter.devices.cpu.read_cpu`.
 
     Examples
     --------
     >>> local_cpu_facts("flags\\t: fpu avx2 fma avx512f\\n", cache_root="/nonexistent")
     {'isa': ['avx2', 'fma', 'avx512f'], 'caches': {}}
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            cpuinfo = ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            flags.update(value.split())
-            break
-    caches: dict[str, int] = {}
-    for d in sorted(Path(cache_root).glob("index*")):
-        try:
-            level = int((d / "level").read_text())
-            kind = (d / "type").read_text().strip()
-            size = (d / "size").read_text().strip().upper()
-            mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(size[-1:], 1)
-            n = int(size.rstrip("KMG")) * mult
-        except (OSError, ValueError):
-            continue
-        if kind == "Instruction":
-            continue
-        caches[f"L{level}" + ("d" if kind == "Data" else "")] = n
-    return {"isa": [f for f in DISPATCH_FLAGS if f in flags], "caches": caches}
+    from nnmeter.devices.cpu import local_cpu, read_cpu
+
+    cpu = local_cpu() if cpuinfo is None and cache_root == \
+        "/sys/devices/system/cpu/cpu0/cache" else read_cpu(cpuinfo, cache_root=cache_root)
+    return {"isa": list(cpu.isa), "caches": dict(cpu.caches)}
 
 
 def split_dataset_id(dataset_id: str) -> tuple[str, str | None]:

@@ -244,6 +244,8 @@ class LatencyPredictor:
         #: how :func:`~nnmeter.predictors.load_predictor` chose the data (a
         #: :class:`~nnmeter.devices.datasets.Resolution`), None when built from a folder
         self.resolution: Any = None
+        #: the device warning already logged (once per predictor), if any
+        self.logged_warning: str | None = None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -516,7 +518,8 @@ class LatencyPredictor:
                 self._device_check = _compare_device(self.backend_id, self.device)
             if self._device_check[0] and not (self.resolution is not None
                                               and self.resolution.how == "requested"):
-                logger.warning("%s", self._mismatch_warning(self._device_check[1]))
+                self.logged_warning = self._mismatch_warning(self._device_check[1])
+                logger.warning("%s", self.logged_warning)
         return self._device_check
 
 

@@ -52,3 +52,31 @@ def test_predict_with_an_unknown_device_lists_the_known(two_devices, capsys):
     assert cli.main(["predict", str(example), "-b", "ort-cpu", "--device", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert "nosuch" in err and "epyc-zen4-avx512-2c" in err and "epyc-zen3-avx2-2c" in err
+
+
+def test_build_transfer_from_reaches_the_transfer_build(monkeypatch, capsys):
+    import nnmeter.builder
+    from nnmeter.builder import TransferResult
+
+    seen = {}
+
+    def fake(backend_id, source, **kw):
+        seen.update(kw, backend_id=backend_id, source=source)
+        return TransferResult(backend_id, "/d/ort-cpu@here", "ort-cpu@there", measurements=7,
+                              phases={"measure": 1.0})
+
+    monkeypatch.setattr(nnmeter.builder, "build_by_transfer", fake)
+    assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "there",
+                     "--budget-minutes", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measurements"] == 7 and out["source"] == "ort-cpu@there"
+    assert seen["source"] == "there" and seen["budget_minutes"] == 10.0
+    assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "there"]) == 0
+    assert "7 kernel measurements here" in capsys.readouterr().out
+
+
+def test_build_transfer_from_an_unknown_device_lists_the_known(two_devices, capsys):
+    assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "pixel-7",
+                     "--budget-minutes", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "pixel-7" in err and "epyc-zen4-avx512-2c" in err
