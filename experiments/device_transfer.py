@@ -1,14 +1,16 @@
 """A device without a predictor: another device's predictor unadapted, a transfer build
 and a full build, scored on model sets measured on that device.
 
-Usage (the sets measured first, on the new device, with model_accuracy.py):
+Usage (the sets measured first, on the new device, with model_accuracy.py; here the new
+device is OpenVINO with oneDNN limited to AVX2 kernels, ONEDNN_MAX_CPU_ISA=AVX2):
+  export ONEDNN_MAX_CPU_ISA=AVX2 D=epyc-zen4-avx512-2c-onednn-avx2
   flock /tmp/nnmeter-measure.lock python experiments/model_accuracy.py measure \
-      --backend ort-cpu-t2 --n 20 --passes 2                  # seed 1000
+      --backend openvino-cpu --device $D --n 20 --passes 2          # seed 1000
   flock /tmp/nnmeter-measure.lock python experiments/model_accuracy.py measure \
-      --backend ort-cpu-t2 --n 8 --passes 2 --seed 2000
-  python experiments/device_transfer.py --backend ort-cpu-t2 \
-      --unadapted ort-cpu:ort-cpu@epyc-zen4-avx512-2c \
-      --transfer ort-cpu-t2@epyc-zen4-avx512-2c [--full ort-cpu-t2@...-full]
+      --backend openvino-cpu --device $D --n 8 --passes 2 --seed 2000
+  python experiments/device_transfer.py --backend openvino-cpu --truth-device $D \
+      --unadapted openvino-cpu:openvino-cpu@epyc-zen4-avx512-2c \
+      --transfer openvino-cpu@$D [--full openvino-cpu@$D-full]
 
 For each predictor and set: models within ±10 % and ±5 % of the measured time (the
 faster of the set's two passes, measured in one run), MAPE, and beside them the
@@ -30,11 +32,12 @@ import numpy as np
 OUT = Path(__file__).resolve().parent / "results"
 
 
-def _truth(backend: str, seed: int) -> tuple[dict[str, float], float, int, str]:
+def _truth(backend: str, seed: int, device: str | None = None
+           ) -> tuple[dict[str, float], float, int, str]:
     """name -> measured ms (faster pass), repeatability ±10 %, pairs, device name."""
     from nnmeter.devices.datasets import model_set_path
 
-    path = model_set_path(backend, seed)
+    path = model_set_path(backend, seed, device)
     rows = []
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
@@ -79,6 +82,9 @@ def main() -> None:
     ap.add_argument("--transfer", default=None, metavar="DATASET")
     ap.add_argument("--full", default=None, metavar="DATASET")
     ap.add_argument("--seeds", default="1000,2000")
+    ap.add_argument("--truth-device", default=None, metavar="NAME",
+                    help="the model sets' device folder (datasets/models/<backend>@NAME/; "
+                         "default: this machine's name)")
     ap.add_argument("--no-ablation", action="store_true",
                     help="skip the two ablations of the transfer (one global factor on the "
                          "unadapted predictor; the transfer's own rows alone, no source)")
@@ -107,9 +113,10 @@ def main() -> None:
              f"# command: python experiments/device_transfer.py --backend {args.backend} "
              f"--unadapted {args.unadapted}"
              + (f" --transfer {args.transfer}" if args.transfer else "")
-             + (f" --full {args.full}" if args.full else "")]
+             + (f" --full {args.full}" if args.full else "")
+             + (f" --truth-device {args.truth_device}" if args.truth_device else "")]
     for seed in [int(s) for s in args.seeds.split(",")]:
-        truth, rep, n_pairs, device = _truth(args.backend, seed)
+        truth, rep, n_pairs, device = _truth(args.backend, seed, args.truth_device)
         if not truth:
             lines.append(f"seed {seed}: no measured models")
             continue

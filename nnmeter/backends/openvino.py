@@ -28,6 +28,15 @@ logger = logging.getLogger(__name__)
 _NON_COMPUTE = {"Input", "Output", "Parameter", "Result", "Const", "Constant", "Reorder"}
 
 
+def _isa_cap_without_bf16() -> bool:
+    """Whether ``ONEDNN_MAX_CPU_ISA`` limits oneDNN to an ISA without bf16 (SSE4.1, AVX,
+    AVX2 and their VNNI forms; the AVX-512 core and AMX caps have it)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return bool(cap) and not (cap.startswith("AVX512_CORE_BF16") or cap.startswith("AVX10")
+                              or cap.startswith("AVX512_CORE_AMX") or cap in ("ALL", "DEFAULT")
+                              or "FP16" in cap)
+
+
 def _core() -> Any:
     os.environ.setdefault("OPENVINO_TELEMETRY_OPT_OUT", "1")
     import openvino as ov
@@ -92,15 +101,26 @@ class OpenVinoCpuBackend(Backend):
     def _config(self, *, perf_count: bool = False) -> dict[str, str]:
         cfg = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
                "INFERENCE_NUM_THREADS": str(self.threads)}
+        if _isa_cap_without_bf16():
+            # the plugin still picks bf16 from the CPU's flags, but oneDNN, limited to an
+            # ISA without bf16, then cannot build a convolution or inner product: run f32,
+            # as a CPU of that ISA does by default
+            cfg["INFERENCE_PRECISION_HINT"] = "f32"
         if perf_count:
             cfg["PERF_COUNT"] = "YES"
         return cfg
 
     def settings(self) -> dict[str, Any]:
         s: dict[str, Any] = {"threads": self.threads, **self._config()}
+        # oneDNN, under OpenVINO's CPU plugin, limits its kernels to this ISA (AVX2 on an
+        # AVX-512 CPU runs the AVX2 kernels, in f32): another device, so part of its id
+        cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip()
+        if cap:
+            s["onednn_max_cpu_isa"] = cap.upper()
         try:
             v = _core().get_property("CPU", "INFERENCE_PRECISION_HINT")
-            s["INFERENCE_PRECISION_HINT"] = v.to_string() if hasattr(v, "to_string") else str(v)
+            s.setdefault("INFERENCE_PRECISION_HINT",
+                         v.to_string() if hasattr(v, "to_string") else str(v))
         except Exception as err:  # the property is informative only
             logger.debug("could not read INFERENCE_PRECISION_HINT: %s", err)
         return s

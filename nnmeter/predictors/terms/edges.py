@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import FitContext, ModelView, Term, remove_floored
 from nnmeter.predictors.facts import DeviceFacts
 
@@ -66,6 +67,10 @@ class EdgesTerm(Term):
     label: ClassVar[str] = "edge conversions (model inputs and outputs)"
     record_file: ClassVar[str | None] = "boundary.json"
     calibration: ClassVar[str] = "the boundary cost of single-kernel models"
+    #: a runtime that cannot time the calibration's kernels (or nothing to fit) skips it
+    #: with a warning: the build still trains, without this term
+    calibration_skips: ClassVar[tuple[type, ...]] = (DatasetError, BackendError,
+                                                     MeasurementError)
     keep_share: ClassVar[float] = 0.25
 
     @classmethod

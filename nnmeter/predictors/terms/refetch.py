@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import FitContext, ModelView, Term
 from nnmeter.predictors.facts import DeviceFacts
 
@@ -33,6 +34,10 @@ class RefetchTerm(Term):
     label: ClassVar[str] = "weights refetched past the last-level cache"
     record_file: ClassVar[str | None] = "weight_stream.json"
     calibration: ClassVar[str] = "the weight streaming rate"
+    #: a runtime that cannot time the calibration's kernels (or nothing to fit) skips it
+    #: with a warning: the build still trains, without this term
+    calibration_skips: ClassVar[tuple[type, ...]] = (DatasetError, BackendError,
+                                                     MeasurementError)
 
     @classmethod
     def _module(cls) -> Any:
