@@ -120,7 +120,9 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     for b, devs in table["backends"].items():
         for d in devs:
             mark = "*" if d["used_here"] else ""
-            rows.append([mark, b, d["device"] or d["dataset"], d["fingerprint_id"],
+            # the folder's name: unique, where two devices of one CPU differ in settings
+            rows.append([mark, b, d["dataset"].partition("@")[2] or d["device"] or d["dataset"],
+                         d["fingerprint_id"],
                          d["measurements"], d["build_minutes"],
                          d["transfer_from"] or "", _acc_text(d["accuracy"]),
                          "yes" if d["this_machine"] else ""])
@@ -133,6 +135,6 @@ def _cmd_devices(args: argparse.Namespace) -> int:
                if d["used_here"] and d["selection"] == "nearest"]
     print("\n* = the predictor `nnmeter predict` uses here")
     for b, d in nearest:
-        print(f"{b}: no predictor for this machine; predictions use {d['device']}'s. Build "
-              f"one: nnmeter build -b {b} --transfer-from {d['device']} --budget-minutes 10")
+        print(f"{b}: no predictor for this machine; predictions use {d['dataset']}'s. Build "
+              f"one: nnmeter build -b {b} --transfer-from {d['dataset']} --budget-minutes 10")
     return 0

@@ -51,7 +51,9 @@ class DeviceDataset:
         The directory name: ``<backend>@<device>`` (or a round-1 ``<backend>``).
     backend_id : str
     device_name : str
-        The device's readable name ("" when its record has none).
+        The device's readable name: the folder's part after ``@`` (the CPU's name, plus
+        a suffix where another device of that CPU differs in settings), else the
+        record's ``name`` ("" when neither).
     directory : Path
     device : dict
         The device record of ``dataset.json`` ({} when it has none).
@@ -176,7 +178,9 @@ def device_datasets(backend_id: str | None = None,
             device.setdefault("fingerprint_id", meta["fingerprint_id"])
         ids = frozenset(str(i) for i in [meta.get("fingerprint_id"),
                                          *(meta.get("fingerprint_aliases") or ())] if i)
-        name = str(device.get("name") or d.name.partition("@")[2])
+        # the folder's device part: unique, where two devices of one CPU differ only in
+        # settings (the record's name is the CPU's); the record's for a round-1 folder
+        name = d.name.partition("@")[2] or str(device.get("name") or "")
         out.append(DeviceDataset(d.name, backend, name, d, device, ids))
     return out
 

@@ -98,12 +98,12 @@ class KernelDataset:
 
     @property
     def device_name(self) -> str:
-        """The readable name of the dataset's device (its record's ``name``, else the
-        part of the directory name after ``@``, else "")."""
+        """The readable name of the dataset's device (the part of the directory name
+        after ``@``, else its record's ``name``, else "")."""
         meta = self.meta() or {}
         name = (meta.get("device") or {}).get("name") if isinstance(meta.get("device"), dict) \
             else None
-        return str(name or self.directory.name.partition("@")[2])
+        return str(self.directory.name.partition("@")[2] or name or "")
 
     def check_device(self, device: dict[str, Any]) -> None:
         """Bind a new dataset to ``device`` (a DeviceInfo dict) or check it matches.
@@ -163,7 +163,8 @@ class KernelDataset:
             f"of two devices are never mixed. Start this machine's own dataset: "
             f"`nnmeter build --backend {self.backend_id}` (or --dataset "
             f"{self.backend_id}@{here}), or adapt the other device's predictor in ten "
-            f"minutes: `nnmeter build --backend {self.backend_id} --transfer-from {there} "
+            f"minutes: `nnmeter build --backend {self.backend_id} --transfer-from "
+            f"{self.directory.name} "
             f"--budget-minutes 10`")
 
     # -- one writer at a time ------------------------------------------------------

@@ -492,16 +492,19 @@ class LatencyPredictor:
         res, b = self.resolution, self.backend_id
         here = (res.local.get("name") if res is not None else "") or "this machine"
         there = self.device_name or "another device"
+        # the dataset id names the source unambiguously (two devices of one CPU can
+        # differ in settings only)
+        source = res.dataset.dataset_id if res is not None else there
         if res is not None and res.how == "nearest":
             return (f"no {b} predictor for this machine ({here}); predicted with the nearest "
                     f"device's, {there} (differs in: {', '.join(diffs)}), so the times are "
                     f"that device's and may be far off here. Build one here in about ten "
-                    f"minutes: `nnmeter build --backend {b} --transfer-from {there} "
+                    f"minutes: `nnmeter build --backend {b} --transfer-from {source} "
                     f"--budget-minutes 10`")
         return (f"the kernel data of {b} was measured on another device ({there}; differs "
                 f"in: {', '.join(diffs)}); predictions may be far off on {here}. Build a "
                 f"predictor here with `nnmeter build --backend {b} --transfer-from "
-                f"{there} --budget-minutes 10`")
+                f"{source} --budget-minutes 10`")
 
     def check_device(self) -> tuple[bool, tuple[str, ...]]:
         """(mismatch, what differs) of this machine against the data's device.

@@ -137,20 +137,18 @@ def test_a_transfer_refuses_another_source_for_the_same_dataset(world):
 
 
 def test_the_correction_recovers_a_size_dependent_factor():
-    # small kernels 1x (overhead-bound), large ones 2x faster: a smooth function of size
+    # small kernels 1x (overhead-bound), large ones 2x faster: a function of size
     rng = np.random.default_rng(0)
     base = np.exp(rng.uniform(np.log(0.01), np.log(50), 200))
     true_ratio = np.where(base > 1, 0.5, 1.0) * (1 + 0.02 * rng.standard_normal(200))
-
-    class Cfg:
-        def __init__(self, c):
-            self.cin = self.cout = c
-
-    cfgs = [Cfg(int(c)) for c in rng.integers(8, 256, 200)]
-    corr = LogRatioCorrection().fit({"conv-bn-relu": (cfgs, base, base * true_ratio)})
-    got = np.exp(corr.log_ratio("conv-bn-relu", cfgs, base))
-    assert np.median(np.abs(got / true_ratio - 1)) < 0.15
-    assert corr.summary()["type_models"] == ["conv-bn-relu"]
+    X = np.column_stack([base * 1e6, rng.integers(8, 256, 200)])
+    corr = LogRatioCorrection().fit({"conv-bn-relu": (X, base, base * true_ratio)})
+    got = np.exp(corr.log_ratio("conv-bn-relu", X, base))
+    assert np.median(np.abs(got / true_ratio - 1)) < 0.05
+    assert corr.summary()["family_models"] == ["conv"]
+    # a family without enough rows gets the median ratio of all rows, bounded
+    few = np.exp(corr.log_ratio("relu", np.ones((3, 2)), np.ones(3)))
+    assert np.allclose(few, np.exp(corr.fallback)) and 0.05 <= few[0] <= 20
 
 
 def test_predicting_for_a_named_device_or_the_nearest(world):
