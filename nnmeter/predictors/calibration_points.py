@@ -11,7 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CalibrationPoints", "mark_partial", "points_path"]
+__all__ = ["CalibrationPoints", "mark_partial", "points_path", "write_record"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,3 +123,16 @@ class CalibrationPoints:
             fh.write(line.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def write_record(dataset_dir: str | os.PathLike, record_file: str,
+                 record: dict[str, Any]) -> Path:
+    """Write a calibration record to ``<dataset_dir>/<record_file>`` atomically; a
+    complete record (not ``partial``) removes its points file, a partial one keeps it
+    for the next calibration to continue from."""
+    from nnmeter.predictors.dataset import write_calibration
+
+    path = write_calibration(dataset_dir, record_file, record)
+    if not record.get("partial"):
+        points_path(dataset_dir, record_file).unlink(missing_ok=True)
+    return path

@@ -544,12 +544,9 @@ def write_chain(dataset_dir: Any, record: dict[str, Any]) -> Any:
     """Write ``record`` to ``<dataset_dir>/chain_excess.json`` atomically; returns the
     path. A complete record (not ``partial``) replaces the calibration's points file,
     which is removed."""
-    from nnmeter.predictors.dataset import write_calibration
+    from nnmeter.predictors.calibration_points import write_record
 
-    path = write_calibration(dataset_dir, CHAIN_FILE, record)
-    if not record.get("partial"):
-        points_path(dataset_dir, CHAIN_FILE).unlink(missing_ok=True)
-    return path
+    return write_record(dataset_dir, CHAIN_FILE, record)
 
 
 def read_chain(dataset: Any) -> dict[str, Any] | None:

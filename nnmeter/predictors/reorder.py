@@ -287,13 +287,9 @@ def write_reorders(dataset_dir: str | os.PathLike, record: dict[str, Any]) -> Pa
     """Write ``record`` (from :func:`measure_reorders`) to ``<dataset_dir>/reorders.json``,
     atomically; a complete record (not ``partial``) removes the calibration's points
     file."""
-    from nnmeter.predictors.calibration_points import points_path
-    from nnmeter.predictors.dataset import write_calibration
+    from nnmeter.predictors.calibration_points import write_record
 
-    path = write_calibration(dataset_dir, REORDER_FILE, record)
-    if not record.get("partial"):
-        points_path(dataset_dir, REORDER_FILE).unlink(missing_ok=True)
-    return path
+    return write_record(dataset_dir, REORDER_FILE, record)
 
 
 def read_reorders(dataset: Any) -> dict[str, Any] | None:

@@ -240,13 +240,9 @@ def write_weight_stream(dataset_dir: str | os.PathLike, record: dict[str, Any]) 
     """Write ``record`` (from :func:`measure_weight_stream`) to the dataset's file,
     atomically; a complete record (not ``partial``) removes the calibration's points
     file."""
-    from nnmeter.predictors.calibration_points import points_path
-    from nnmeter.predictors.dataset import write_calibration
+    from nnmeter.predictors.calibration_points import write_record
 
-    path = write_calibration(dataset_dir, STREAM_FILE, record)
-    if not record.get("partial"):
-        points_path(dataset_dir, STREAM_FILE).unlink(missing_ok=True)
-    return path
+    return write_record(dataset_dir, STREAM_FILE, record)
 
 
 def read_weight_stream(dataset: Any) -> dict[str, Any] | None:
