@@ -307,6 +307,16 @@ def _rows(ds: DeviceDataset) -> int:
     return n
 
 
+def _pick(sets: list[DeviceDataset], rank: Any) -> DeviceDataset:
+    """The dataset of lowest ``rank``; ties go to the one with most rows, then by id.
+    Rows are counted only for a tie (counting reads every row file: not on every load)."""
+    best = min(rank(d) for d in sets)
+    tied = [d for d in sets if rank(d) == best]
+    if len(tied) == 1:
+        return tied[0]
+    return min(tied, key=lambda d: (-_rows(d), d.dataset_id))
+
+
 def _has_record(d: DeviceDataset) -> bool:
     """Whether a dataset records the device it was measured on (its CPU and runtime)."""
     return bool(d.device.get("cpu_model") and d.device.get("runtime"))
@@ -359,8 +369,8 @@ def resolve(backend_id: str, device: str | None = None,
            or (_has_record(d) and not local.differences(d.device))]
     if own:
         # several of this machine's datasets: the one named after it, else the largest
-        own.sort(key=lambda d: (d.device_name != local.name, -_rows(d), d.dataset_id))
-        return Resolution(own[0], "this machine", (), local.as_dict())
+        return Resolution(_pick(own, lambda d: d.device_name != local.name), "this machine",
+                          (), local.as_dict())
     here = local.as_dict()
     recorded = [d for d in sets if _has_record(d)]
     if not recorded:
@@ -368,9 +378,7 @@ def resolve(backend_id: str, device: str | None = None,
             f"no {backend_id} dataset records its device ({', '.join(str(d.directory) for d in sets)}"
             f" lack a 'device' in dataset.json), so none can be matched to this machine; "
             f"rebuild one with `nnmeter build --backend {backend_id}`")
-    ranked = sorted(recorded, key=lambda d: (distance(here, d.device), -_rows(d),
-                                             d.dataset_id))
-    ds = ranked[0]
+    ds = _pick(recorded, lambda d: distance(here, d.device))
     return Resolution(ds, "nearest", tuple(differences(local, ds.device) or ["device"]), here)
 
 
