@@ -19,6 +19,9 @@ __all__ = ["OnnxIndex", "assign_covers"]
 _DECORATIONS = re.compile(
     r"(_nchwc|__before_tr|___tr4c|_raster_\d+|/sink_port_\d+|_output_\d+|:\d+)$")
 
+#: the name ORT gives a node its graph fusions made: "<original node>/<Kind>Fusion/..."
+_FUSION_SUFFIX = re.compile(r"^(.*?)/\w*Fusion(?:/.*)?$")
+
 
 class OnnxIndex:
     """Who produces which tensor in an ONNX model, and in what order."""
@@ -32,9 +35,15 @@ class OnnxIndex:
         self.node_inputs: dict[str, list[str]] = {}
         self.node_outputs: dict[str, list[str]] = {}
         self.producer: dict[str, str] = {}
+        self.op_type: dict[str, str] = {}
+        self.consumers: dict[str, list[str]] = {}
         for i, n in enumerate(g.node):
             name = n.name or f"{n.op_type}_{i}"
             self.order[name] = i
+            self.op_type[name] = n.op_type
+            for t in n.input:
+                if t:
+                    self.consumers.setdefault(t, []).append(name)
             self.node_inputs[name] = [t for t in n.input if t]
             self.node_outputs[name] = [t for t in n.output if t]
             for t in n.output:
@@ -57,10 +66,39 @@ class OnnxIndex:
             name = _DECORATIONS.sub("", name)
         return None
 
+    def follow(self, tensor: str, op_types: Iterable[str]) -> str | None:
+        """The output of the one node reading ``tensor`` when that node's op type is one
+        of ``op_types`` (a fused tail the runtime named after its head), else None.
+
+        >>> import onnx
+        >>> from onnx import helper as h
+        >>> g = h.make_graph([h.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        ...                   h.make_node("Add", ["c", "x"], ["a"], name="add")], "g",
+        ...                  [h.make_tensor_value_info("x", 1, None)],
+        ...                  [h.make_tensor_value_info("a", 1, None)])
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp(); p = os.path.join(d, "m.onnx")
+        >>> onnx.save(h.make_model(g), p)
+        >>> OnnxIndex(p).follow("c", {"Add", "Sum"})
+        'a'
+        """
+        users = self.consumers.get(tensor, [])
+        if len(users) != 1 or self.op_type[users[0]] not in set(op_types):
+            return None
+        outs = self.node_outputs[users[0]]
+        return outs[0] if outs else None
+
     def anchors_of_name(self, name: str) -> set[str]:
-        """Anchors named by an original node name or a (decorated) tensor name."""
+        """Anchors named by an original node name or a (decorated) tensor name.
+
+        A node one of ORT's fusions made is named after the original node it ends at
+        plus the fusion (``.../activ/Mul/QuickGeluFusion/``): that node's outputs.
+        """
         if name in self.order:
             return set(self.node_outputs[name])
+        m = _FUSION_SUFFIX.match(name)
+        if m and m.group(1) in self.order:
+            return set(self.node_outputs[m.group(1)])
         t = self.resolve_tensor(name)
         return {t} if t else set()
 

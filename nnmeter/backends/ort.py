@@ -64,6 +64,30 @@ def interquartile_mean(values: list[float]) -> float:
     mid = v[q:len(v) - q] if len(v) >= 4 else v
     return sum(mid) / len(mid)
 
+#: ONNX activations ORT's NCHWc convolution applies in place (its ``activation``)
+_NCHWC_ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"}
+
+
+def _nchwc_tail(index: OnnxIndex, node: Any, anchors: set[str]) -> set[str]:
+    """Anchors of an NCHWc convolution that ORT named after its own output but that
+    also adds a residual (a fourth, ``Sum`` input) and applies an activation: the
+    original tensor it really produces is the add's (and the activation's) output.
+
+    Without this the add and activation it computes are attributed to the next node.
+    """
+    if len(anchors) != 1:
+        return anchors
+    t = next(iter(anchors))
+    if len(node.input) > 3 and node.input[3]:
+        nxt = index.follow(t, {"Add", "Sum"})
+        if nxt is None:
+            return anchors
+        t = nxt
+    if any(a.name == "activation" for a in node.attribute):
+        t = index.follow(t, _NCHWC_ACTIVATIONS) or t
+    return {t}
+
+
 class OrtPrepared(Prepared):
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -253,6 +277,8 @@ class OrtCpuBackend(Backend):
                         a.update(x for x in (index.resolve_tensor(y) for y in c.output) if x)
             if not a:
                 a = index.anchors_of_name(n.name)
+                if n.op_type == "Conv" and n.domain == "com.microsoft.nchwc":
+                    a = _nchwc_tail(index, n, a)
             anchors.append(a)
         covers = assign_covers(index, anchors)
 

@@ -33,8 +33,15 @@ SUPPORTED_FORMATS = (
 
 
 def load_model(source: "str | os.PathLike | Any", *,
-               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               canonical: bool = True) -> Any:
     """Load any supported model into a validated ModelGraph.
+
+    A model file (ONNX, TFLite, Keras) is rewritten as the runtimes see it once they
+    load it (:func:`nnmeter.ir.canonical.canonicalize`: Identity and Dropout removed,
+    constant scale/shift folded into the convolution before it, zero pads merged,
+    cancelling transposes removed; what was done is in ``graph.meta["canonical"]``)
+    unless ``canonical`` is False. IR JSON and ModelGraph objects are taken as they are.
 
     Parameters
     ----------
@@ -51,6 +58,21 @@ def load_model(source: "str | os.PathLike | Any", *,
         If the file does not exist or its format is not supported (the message lists
         the supported formats); the frontends raise their own errors too.
     """
+    from nnmeter.ir.graph import ModelGraph
+
+    if isinstance(source, ModelGraph) or (isinstance(source, (str, os.PathLike))
+                                          and Path(source).suffix.lower() == ".json"):
+        return _load(source, input_shapes)
+    graph = _load(source, input_shapes)
+    if canonical and isinstance(graph, ModelGraph):
+        from nnmeter.ir.canonical import canonicalize
+
+        canonicalize(graph)
+    return graph
+
+
+def _load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
+    """load_model without the canonical passes."""
     from nnmeter.ir.graph import ModelGraph
 
     if isinstance(source, ModelGraph):

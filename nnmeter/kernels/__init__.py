@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from nnmeter.kernels.base import (
     KERNEL_TYPES, Kernel, KernelCost, KernelType, hwc, kernel_cost, topo_nodes,
 )
-from nnmeter.kernels.naming import block_type_of, kernel_type_of
+from nnmeter.kernels.naming import block_type_of, bn_equivalent, kernel_type_of
 
 # Each module registers its types in KERNEL_TYPES on import.
 from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
@@ -35,7 +35,7 @@ from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
 
 __all__ = [
     "Kernel", "KernelType", "KernelCost", "KERNEL_TYPES", "kernel_type_of",
-    "block_type_of", "kernel_from_nodes", "kernel_cost", "hwc", "FAMILIES",
+    "block_type_of", "bn_equivalent", "kernel_from_nodes", "kernel_cost", "hwc", "FAMILIES",
 ]
 
 #: Kernel families (modules), for predictors that train one regressor per family.

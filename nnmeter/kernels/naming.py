@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from nnmeter.ir.ops import ACTIVATIONS
 from nnmeter.kernels._tail import parse_tail
 
-__all__ = ["kernel_type_of", "block_type_of", "TAIL_HEADS"]
+__all__ = ["kernel_type_of", "block_type_of", "bn_equivalent", "TAIL_HEADS"]
 
 TAIL_HEADS = {
     "conv": (True, True),
@@ -92,3 +92,26 @@ def kernel_type_of(ops: Sequence[str]) -> str:
     if len(ops) == 1 and head in _SINGLE_TYPES:
         return head
     return "other"
+
+
+def bn_equivalent(type_name: str) -> str | None:
+    """The same kernel with the batch-norm after its head toggled: ``conv-relu6`` ↔
+    ``conv-bn-relu6``; None for types without a head that takes one.
+
+    A backend that folds a batch-norm into the preceding convolution at load time runs
+    both as one kernel with the same weights and shapes; a model whose exporter already
+    folded the norm (torch.onnx in eval mode, the TFLite converter) has the first form,
+    nnmeter's own exports the second.
+
+    >>> bn_equivalent("conv-relu6"), bn_equivalent("dwconv-bn"), bn_equivalent("dwconv")
+    ('conv-bn-relu6', 'dwconv', 'dwconv-bn')
+    >>> bn_equivalent("fc-relu") is None, bn_equivalent("bn-relu") is None
+    (True, True)
+    """
+    parts = type_name.split("-")
+    head = parts[0]
+    if head not in TAIL_HEADS or not TAIL_HEADS[head][0]:
+        return None
+    if len(parts) > 1 and parts[1] == "bn":
+        return "-".join([head, *parts[2:]])
+    return "-".join([head, "bn", *parts[1:]])

@@ -241,6 +241,8 @@ class LatencyPredictor:
         # node names -> [((nodes, outputs), kernels)]
         self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
+        #: kernel type -> the type whose regressor predicts it (regressor_type)
+        self._alias: dict[str, str] = {}
         #: how :func:`~nnmeter.predictors.load_predictor` chose the data (a
         #: :class:`~nnmeter.devices.datasets.Resolution`), None when built from a folder
         self.resolution: Any = None
@@ -273,7 +275,36 @@ class LatencyPredictor:
         least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
         return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
 
+    def _has_data(self, ktype_name: str) -> bool:
+        """A regressor of its own, or enough rows that its family regressor was chosen
+        for it on its own held-out rows."""
+        if f"type:{ktype_name}" in self.regressors:
+            return True
+        least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
+        return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
+
+    def regressor_type(self, ktype_name: str) -> str:
+        """The kernel type whose regressor predicts ``ktype_name``: itself, or, when it
+        has none and the backend folds a batch-norm into the convolution before it, the
+        same kernel with the norm toggled (``conv-relu6`` → ``conv-bn-relu6``,
+        :func:`~nnmeter.kernels.bn_equivalent`): an exporter that folded the norm
+        itself leaves the kernel the runtime runs unchanged."""
+        hit = self._alias.get(ktype_name)
+        if hit is not None:
+            return hit
+        out = ktype_name
+        if not self._has_data(ktype_name):
+            from nnmeter.kernels import KERNEL_TYPES, bn_equivalent
+
+            alt = bn_equivalent(ktype_name)
+            if (alt is not None and self._has_data(alt) and alt in KERNEL_TYPES
+                    and self.rules.fuses(ktype_name.split("-", 1)[0], "bn")):
+                out = alt
+        self._alias[ktype_name] = out
+        return out
+
     def _estimator_key(self, ktype_name: str, family: str) -> str:
+        ktype_name = self.regressor_type(ktype_name)
         if f"type:{ktype_name}" in self.regressors:
             return f"type:{ktype_name}"
         if family and f"family:{family}" in self.regressors:
@@ -287,6 +318,11 @@ class LatencyPredictor:
         hit = self._feature_cache.get(key)
         if hit is None:
             kt = kernel.kernel_type
+            alias = self.regressor_type(kernel.type)
+            if alias != kernel.type:
+                from nnmeter.kernels import KERNEL_TYPES
+
+                kt = KERNEL_TYPES.get(alias)
             feats = kt.features(kernel.config)
             names = kt.feature_names
             params = float(feats[names.index("params")]) if "params" in names else 0.0
@@ -422,7 +458,8 @@ class LatencyPredictor:
                 )
             rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()), ms, how,
                                   base[j], used))
-            if how != "regressor" and not self._family_by_choice(k.type, how):
+            if how != "regressor" and not self._family_by_choice(
+                    self.regressor_type(k.type), how):
                 uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
                                   "predicted_ms": ms})
         mismatch, diffs = self.check_device() if check_device else (False, ())

@@ -98,3 +98,54 @@ def test_recording_a_broken_model_raises_backend_error(garbage_onnx, tmp_path):
         backend.prepare_recording(garbage_onnx)
     with pytest.raises(BackendError, match="does not exist"):
         backend.prepare_recording(tmp_path / "missing.onnx")
+
+
+def _residual_swish_onnx(path):
+    """x -> c1 -> relu1 -> c2 -> add(c2, relu1) -> relu2 -> c3 -> sigmoid * c3 -> c4 -> y:
+    a residual add ORT folds into the convolution before it (with the activation after
+    it), and a swish ORT fuses into one QuickGelu node."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    c = 16
+    inits = [nh.from_array((0.1 * rng.standard_normal((c, c, 3, 3))).astype(np.float32), f"w{i}")
+             for i in range(1, 5)]
+    pads = [1, 1, 1, 1]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", pads=pads),
+             helper.make_node("Relu", ["a"], ["ra"], name="relu1"),
+             helper.make_node("Conv", ["ra", "w2"], ["b"], name="c2", pads=pads),
+             helper.make_node("Add", ["b", "ra"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["rs"], name="relu2"),
+             helper.make_node("Conv", ["rs", "w3"], ["d"], name="c3", pads=pads),
+             helper.make_node("Sigmoid", ["d"], ["sg"], name="sig"),
+             helper.make_node("Mul", ["d", "sg"], ["sw"], name="mul"),
+             helper.make_node("Conv", ["sw", "w4"], ["y"], name="c4", pads=pads)]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 16, 16])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.integration
+def test_profile_attributes_a_folded_residual_add_and_a_quickgelu_to_their_nodes(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from nnmeter.backends import get_backend
+
+    path = _residual_swish_onnx(tmp_path / "res.onnx")
+    nodes = get_backend("ort-cpu").profile(path, runs=1)
+    groups = [set(n.covers) for n in nodes if n.covers]
+    # c2 computes the add and relu2 that ORT fused into it, not the next convolution
+    assert {"c2", "add", "relu2"} in groups, groups
+    assert {"c3"} in groups, groups
+    # sigmoid and mul run as ORT's QuickGelu node, named after the mul
+    assert {"sig", "mul"} in groups, groups
+    assert {"c4"} in groups, groups
+    assert sorted(c for g in groups for c in g) == sorted(
+        ["c1", "relu1", "c2", "add", "relu2", "c3", "sig", "mul", "c4"])

@@ -184,3 +184,23 @@ def test_edge_conversions_are_paid_once_per_model(predictor):
     assert rep.layout_ms - base.layout_ms == pytest.approx(expected)
     assert rep.total_ms - base.total_ms == pytest.approx(expected)
     assert edged.predict_many([g]) == pytest.approx([rep.total_ms])
+
+
+def test_a_conv_whose_exporter_folded_the_bn_uses_the_conv_bn_regressor(predictor):
+    # torch.onnx (eval) and the TFLite converter fold the norm: conv -> relu with a bias
+    rules = FusionRules.from_decisions(
+        "ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True, ("conv", "relu"): True})
+    pred = LatencyPredictor("ort-cpu", rules, predictor.regressors, meta=predictor.meta)
+    b = GraphBuilder("folded", (1, 16, 28, 28))
+    g = b.build([b.relu(b.conv(b.x, 32, bias=True))])
+    assert [k.type for k in pred.kernels(g)] == ["conv-relu"]
+    assert pred.regressor_type("conv-relu") == "conv-bn-relu"
+    rep = pred.predict(g)
+    assert rep.rows[0].estimated_by == "regressor" and not rep.uncovered
+    ref = GraphBuilder("unfolded", (1, 16, 28, 28))
+    ref_g = ref.build([ref.relu(ref.bn(ref.conv(ref.x, 32)))])
+    assert math.isclose(rep.total_ms, pred.predict(ref_g).total_ms, rel_tol=1e-9)
+    # a backend that does not fold the norm keeps the types apart
+    apart = LatencyPredictor("ort-cpu", FusionRules.from_decisions("ort-cpu"),
+                             predictor.regressors, meta=predictor.meta)
+    assert apart.regressor_type("conv-relu") == "conv-relu"

@@ -173,6 +173,18 @@ class Importer:
         for port, t in enumerate(outputs):
             self.refs[t] = Ref(nm, port)
 
+    def _note_absorbed(self, before: set[int], mark: int) -> None:
+        """Record on the IR node a handler emitted the source nodes it also consumed
+        (a pattern: Sigmoid + Mul as swish): ``meta["absorbed"]``, so that a runtime's
+        report naming any of them maps back to the IR node."""
+        took = sorted(self.done - before)
+        if not took or len(self.added) <= mark:
+            return
+        names = [self.nodes[j].name or f"{self.nodes[j].op_type}_{j}" for j in took]
+        node = self.graph.node(self.added[-1])
+        node.meta.setdefault("absorbed", [])
+        node.meta["absorbed"].extend(nm for nm in names if nm not in node.meta["absorbed"])
+
     # -- main --------------------------------------------------------------------------
     def run(self) -> ModelGraph:
         """Convert the model; the validated graph."""
@@ -212,6 +224,7 @@ class Importer:
             mark = len(self.added)
             try:
                 handler(self, n, i)
+                self._note_absorbed(saved_done | {i}, mark)
             except Fallback as why:
                 self.done = saved_done
                 for name in reversed(self.added[mark:]):

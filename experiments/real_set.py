@@ -1,0 +1,409 @@
+"""The real-architecture set: models nobody in this project wrote, through other exporters.
+
+nnmeter's own zoo is written by nnmeter and exported by nnmeter; a user's model is not.
+This set holds architectures from other code, written to files by other tools:
+
+- ``torch.onnx``: ~30 ImageNet CNNs from the pytorchcv model library (random weights,
+  eval mode, the TorchScript exporter, opset 17): MobileNet V1/V2/V3, EfficientNet,
+  RegNet, ResNet, ResNeXt, SE-ResNet, DenseNet, MnasNet, GhostNet, ShuffleNet V1/V2,
+  SqueezeNet, VGG, Inception V3, Xception, ProxylessNAS, FBNet, MixNet, HarDNet,
+  PeleeNet, IGCV3, DLA, DARTS, AlexNet.
+- ``caffe2``: the onnx wheel's ``backend/test/data/light`` models (AlexNet, DenseNet-121,
+  Inception V1/V2, ResNet-50, ShuffleNet, SqueezeNet, VGG-19, ZFNet-512; opset 9, with
+  Dropout, LRN, BatchNormalization split into Mul/Add, ConstantOfShape weights).
+- ``tflite-converter``: Keras applications (random weights) converted by the TFLite
+  converter, for litert-cpu.
+
+No design decision is made on this set: choices are made on the zoo, and this set scores
+them once per change.
+
+Usage::
+
+  python experiments/real_set.py build [--dir DIR]          # write the model files
+  python experiments/real_set.py kernels --backend ort-cpu  # grouping against the runtime
+  flock /tmp/nnmeter-measure.lock python experiments/real_set.py measure --backend ort-cpu
+  python experiments/real_set.py report --backend ort-cpu [--json]
+
+``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv);
+files go to ``DIR`` (default ``$XDG_CACHE_HOME/nnmeter/real_set``) with a
+``manifest.json`` and are not committed (hundreds of MB of random weights); they are
+rebuilt the same way from the same seeds. ``measure`` appends one row per (model, pass)
+to ``datasets/models/<backend>@<device>/real.jsonl`` as it goes and resumes.
+``kernels`` compares, per model, the kernels nnmeter predicts with the nodes the
+runtime reports executing (ORT's optimised graph and profile, OpenVINO's runtime model,
+MNN's op callbacks) and writes ``experiments/results/real_set_kernels_<backend>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str          # file stem, unique in the set
+    family: str        # architecture family (for per-family tables)
+    exporter: str      # torch.onnx | caffe2 | tflite-converter
+    source: str        # where the architecture comes from
+    size: int = 224    # input resolution
+
+
+#: (pytorchcv module, constructor, family)
+_PYTORCHCV = [
+    ("mobilenet", "mobilenet_w1", "mobilenetv1"),
+    ("mobilenetv2", "mobilenetv2_w1", "mobilenetv2"),
+    ("mobilenetv3", "mobilenetv3_large_w1", "mobilenetv3"),
+    ("mobilenetv3", "mobilenetv3_small_w1", "mobilenetv3"),
+    ("efficientnet", "efficientnet_b0", "efficientnet"),
+    ("efficientnet", "efficientnet_b1", "efficientnet"),
+    ("efficientnetedge", "efficientnet_edge_small_b", "efficientnet"),
+    ("regnet", "regnetx002", "regnet"),
+    ("regnet", "regnety004", "regnet"),
+    ("resnet", "resnet18", "resnet"),
+    ("resnet", "resnet50", "resnet"),
+    ("resnext", "resnext50_32x4d", "resnext"),
+    ("seresnet", "seresnet18", "resnet"),
+    ("densenet", "densenet121", "densenet"),
+    ("mnasnet", "mnasnet_b1", "mnasnet"),
+    ("ghostnet", "ghostnet", "ghostnet"),
+    ("shufflenetv2", "shufflenetv2_w1", "shufflenet"),
+    ("shufflenet", "shufflenet_g1_w1", "shufflenet"),
+    ("squeezenet", "squeezenet_v1_1", "squeezenet"),
+    ("vgg", "vgg11", "vgg"),
+    ("inceptionv3", "inceptionv3", "inception"),
+    ("xception", "xception", "inception"),
+    ("proxylessnas", "proxylessnas_mobile", "proxylessnas"),
+    ("fbnet", "fbnet_cb", "nas"),
+    ("mixnet", "mixnet_s", "nas"),
+    ("spnasnet", "spnasnet", "nas"),
+    ("darts", "darts", "nas"),
+    ("hardnet", "hardnet39ds", "hardnet"),
+    ("peleenet", "peleenet", "densenet"),
+    ("igcv3", "igcv3_w1", "mobilenetv2"),
+    ("dla", "dla34", "dla"),
+    ("alexnet", "alexnet", "alexnet"),
+]
+
+_LIGHT = [("bvlc_alexnet", "alexnet"), ("densenet121", "densenet"),
+          ("inception_v1", "inception"), ("inception_v2", "inception"),
+          ("resnet50", "resnet"), ("shufflenet", "shufflenet"),
+          ("squeezenet", "squeezenet"), ("vgg19", "vgg"), ("zfnet512", "alexnet")]
+
+#: (keras.applications constructor, family)
+_KERAS = [("MobileNet", "mobilenetv1"), ("MobileNetV2", "mobilenetv2"),
+          ("MobileNetV3Small", "mobilenetv3"), ("MobileNetV3Large", "mobilenetv3"),
+          ("EfficientNetB0", "efficientnet"), ("EfficientNetV2B0", "efficientnet"),
+          ("ResNet50", "resnet"), ("ResNet50V2", "resnet"), ("DenseNet121", "densenet"),
+          ("NASNetMobile", "nas"), ("ResNet101", "resnet"), ("DenseNet169", "densenet"),
+          ("ConvNeXtTiny", "convnext"), ("InceptionV3", "inception"),
+          ("Xception", "inception"), ("VGG16", "vgg")]
+
+
+def entries() -> list[Entry]:
+    out = [Entry(f"torch-{fn}", fam, "torch.onnx", f"pytorchcv.models.{mod}.{fn}",
+                 299 if fn in ("inceptionv3", "xception") else 224)
+           for mod, fn, fam in _PYTORCHCV]
+    out += [Entry(f"caffe2-{n}", fam, "caffe2", f"onnx/backend/test/data/light/light_{n}.onnx")
+            for n, fam in _LIGHT]
+    out += [Entry(f"keras-{fn.lower()}", fam, "tflite-converter",
+                  f"keras.applications.{fn}", 299 if fn in ("InceptionV3", "Xception") else 224)
+            for fn, fam in _KERAS]
+    return out
+
+
+def default_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "nnmeter" / "real_set"
+
+
+def _file_of(e: Entry, d: Path) -> Path:
+    return d / (e.name + (".tflite" if e.exporter == "tflite-converter" else ".onnx"))
+
+
+def _sha(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _build_torch(e: Entry, path: Path) -> None:
+    import importlib
+
+    import torch
+
+    mod, fn = e.source.rsplit(".", 1)
+    torch.manual_seed(0)
+    model = getattr(importlib.import_module(mod), fn)(pretrained=False).eval()
+    x = torch.randn(1, 3, e.size, e.size)
+    tmp = path.with_suffix(".part")
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17,
+                          input_names=["input"], output_names=["output"])
+    tmp.replace(path)
+
+
+def _build_light(e: Entry, path: Path) -> None:
+    import shutil
+
+    import onnx
+
+    src = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / Path(e.source).name
+    shutil.copyfile(src, path)
+
+
+def _build_keras(e: Entry, path: Path) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import numpy as np
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    fn = getattr(tf.keras.applications, e.source.rsplit(".", 1)[1])
+    model = fn(weights=None, input_shape=(e.size, e.size, 3))
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    data = conv.convert()
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    del model, np
+
+
+def build(args: argparse.Namespace) -> int:
+    d = Path(args.dir) if args.dir else default_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    man_path = d / "manifest.json"
+    manifest = json.loads(man_path.read_text()) if man_path.exists() else {}
+    todo = [e for e in entries() if not args.only or e.exporter in args.only.split(",")]
+    failed = 0
+    for i, e in enumerate(todo, 1):
+        p = _file_of(e, d)
+        if p.exists() and e.name in manifest:
+            continue
+        t0 = time.time()
+        try:
+            {"torch.onnx": _build_torch, "caffe2": _build_light,
+             "tflite-converter": _build_keras}[e.exporter](e, p)
+        except Exception as err:  # noqa: BLE001 - one architecture failing must not stop the set
+            failed += 1
+            print(f"[{i}/{len(todo)}] {e.name}: FAILED ({type(err).__name__}: {str(err)[:200]})",
+                  flush=True)
+            continue
+        manifest[e.name] = {"file": p.name, "family": e.family, "exporter": e.exporter,
+                            "source": e.source, "size": e.size, "sha256": _sha(p),
+                            "bytes": p.stat().st_size}
+        tmp = man_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        tmp.replace(man_path)
+        print(f"[{i}/{len(todo)}] {e.name}: {p.stat().st_size / 1e6:.1f} MB "
+              f"in {time.time() - t0:.1f} s", flush=True)
+    print(f"{len(manifest)} models in {d}" + (f"; {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+def _manifest(args: argparse.Namespace) -> tuple[Path, dict]:
+    d = Path(args.dir) if args.dir else default_dir()
+    man_path = d / "manifest.json"
+    if not man_path.exists():
+        sys.exit(f"error: no real-architecture set in {d}; run "
+                 f"'python experiments/real_set.py build' first")
+    return d, json.loads(man_path.read_text())
+
+
+def _applies(info: dict, backend: str) -> bool:
+    tfl = info["exporter"] == "tflite-converter"
+    return tfl == backend.startswith("litert")
+
+
+def _set_path(backend: str, device: str | None = None) -> Path:
+    from nnmeter.devices.datasets import model_set_path
+
+    return model_set_path(backend, 0, device).with_name("real.jsonl")
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def measure(args: argparse.Namespace) -> int:
+    from nnmeter.backends import Profiler
+
+    d, manifest = _manifest(args)
+    path = _set_path(args.backend, args.device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = {(r["model"], r["pass"]) for r in _rows(path)}
+    names = [n for n in sorted(manifest) if _applies(manifest[n], args.backend)]
+    with Profiler(args.backend) as prof, open(path, "a") as fh:
+        for p in range(args.passes):
+            for i, n in enumerate(names, 1):
+                if (n, p) in done:
+                    continue
+                info = manifest[n]
+                m = prof.measure(d / info["file"], on_error="record")
+                row = {"model": n, "family": info["family"], "exporter": info["exporter"],
+                       "sha256": info["sha256"], "pass": p,
+                       "latency_ms": m.latency_ms if m.ok else None, "spread": m.spread,
+                       "ok": m.ok, "error": m.error,
+                       "fingerprint_id": m.device.fingerprint_id if m.device else None,
+                       "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                print(f"pass {p} [{i}/{len(names)}] {n:36s} {row['latency_ms']}", flush=True)
+    return 0
+
+
+def kernels(args: argparse.Namespace) -> int:
+    from nnmeter.backends import Profiler
+    from nnmeter.errors import NNMeterError
+    from nnmeter.frontends import load_model
+    from nnmeter.fusion import load_rules
+    from nnmeter.partition import partition
+    from nnmeter.partition.truth import compare_with_runtime
+    from nnmeter.predictors.absorbed import absorbed_kernels
+    from nnmeter.predictors.facts import device_facts
+
+    d, manifest = _manifest(args)
+    rules = load_rules(args.backend)
+    facts = None
+    names = [n for n in sorted(manifest) if _applies(manifest[n], args.backend)]
+    out = {"backend": args.backend, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "models": {}}
+    print(f"{'model':36s} {'kernels':>7s} {'runtime':>7s} {'equal':>6s} {'pred.':>6s}  "
+          f"first difference (predictor's grouping)")
+    with Profiler(args.backend) as prof:
+        for n in names:
+            f = d / manifest[n]["file"]
+            try:
+                g = load_model(f)
+                ks = partition(g, rules)
+                executed = prof.profile(f, runs=1)
+            except NNMeterError as err:
+                out["models"][n] = {"error": str(err)}
+                print(f"{n:36s} error: {str(err)[:160]}", flush=True)
+                continue
+            if facts is None:
+                from nnmeter import load_predictor
+
+                facts = device_facts(load_predictor(args.backend, device=args.device).device)
+            c = compare_with_runtime(g, ks, executed)
+            # the predictor's grouping: kernels it runs inside another count with it
+            cp = compare_with_runtime(g, ks, executed, absorbed_kernels(g, ks, facts))
+            out["models"][n] = {**c.as_dict(), "predictor": cp.as_dict()}
+            print(f"{n:36s} {c.kernels:7d} {c.runtime_compute:7d} {100 * c.share_equal:5.1f}% "
+                  f"{100 * cp.share_equal:5.1f}%  {cp.first_difference or '-'}", flush=True)
+    ok = [m for m in out["models"].values() if "error" not in m]
+    tot = sum(m["runtime_compute"] for m in ok)
+    eq = sum(m["runtime_equal"] for m in ok)
+    eqp = sum(m["predictor"]["runtime_equal"] for m in ok)
+    print(f"total: {eq} of {tot} runtime compute nodes grouped as the runtime groups them "
+          f"by the partition ({100 * eq / max(tot, 1):.1f} %), {eqp} by the predictor "
+          f"({100 * eqp / max(tot, 1):.1f} %, kernels it runs inside another merged)")
+    out["summary"] = {"runtime_compute": tot, "partition_equal": eq, "predictor_equal": eqp}
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"real_set_kernels_{args.backend}.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from nnmeter import load_predictor
+    from nnmeter.errors import NNMeterError
+    from nnmeter.frontends import load_model
+
+    d, manifest = _manifest(args)
+    rows = [r for r in _rows(_set_path(args.backend, args.device)) if r.get("ok")]
+    by: dict[str, dict[int, float]] = {}
+    for r in rows:
+        by.setdefault(r["model"], {})[r["pass"]] = r["latency_ms"]
+    pred = load_predictor(args.backend, device=args.device)
+    table: list[dict] = []
+    failed: dict[str, str] = {}
+    for n in sorted(by):
+        passes = by[n]
+        if n not in manifest:
+            continue
+        true = min(passes.values())
+        rep = None
+        if 0 in passes and 1 in passes:
+            rep = abs(passes[1] / passes[0] - 1) <= 0.10
+        try:
+            rpt = pred.predict(load_model(d / manifest[n]["file"]))
+        except NNMeterError as err:
+            failed[n] = str(err)
+            continue
+        table.append({"model": n, "family": manifest[n]["family"], "measured_ms": true,
+                      "predicted_ms": rpt.total_ms, "error": rpt.total_ms / true - 1,
+                      "kernels": len(rpt.rows), "uncovered": len(rpt.uncovered),
+                      "repeatable": rep})
+    if not table:
+        sys.exit(f"error: nothing measured for {args.backend}; run 'measure' first")
+    err = np.array([t["error"] for t in table])
+    reps = [t["repeatable"] for t in table if t["repeatable"] is not None]
+    summary = {"backend": args.backend, "device": pred.device_name if hasattr(pred, "device_name")
+               else None, "n": len(table),
+               "within_10": float(np.mean(np.abs(err) <= 0.10)),
+               "within_5": float(np.mean(np.abs(err) <= 0.05)),
+               "mape": float(np.mean(np.abs(err))),
+               "repeatability_10": float(np.mean(reps)) if reps else None,
+               "not_predicted": failed}
+    if args.json:
+        print(json.dumps({"summary": summary, "models": table}, indent=1))
+        return 0
+    print(f"{'model':36s} {'family':12s} {'measured':>9s} {'predicted':>9s} {'error':>7s} "
+          f"{'kernels':>7s} {'fallback':>8s}")
+    for t in table:
+        print(f"{t['model']:36s} {t['family']:12s} {t['measured_ms']:9.2f} "
+              f"{t['predicted_ms']:9.2f} {100 * t['error']:+6.1f}% {t['kernels']:7d} "
+              f"{t['uncovered']:8d}")
+    for n, why in failed.items():
+        print(f"{n:36s} not predicted: {why[:150]}")
+    rep_s = (f"{100 * summary['repeatability_10']:.1f} % of {len(reps)}"
+             if reps else "not measured")
+    print(f"\n{summary['n']} models: {100 * summary['within_10']:.1f} % within ±10 %, "
+          f"{100 * summary['within_5']:.1f} % within ±5 %, MAPE {100 * summary['mape']:.1f} %; "
+          f"repeatability (two passes within ±10 %) {rep_s}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("build", "measure", "kernels", "report"):
+        s = sub.add_parser(name)
+        s.add_argument("--dir", default=None, help="where the model files are")
+        if name == "build":
+            s.add_argument("--only", default=None,
+                           help="comma-separated exporters (torch.onnx,caffe2,tflite-converter)")
+        else:
+            s.add_argument("--backend", default="ort-cpu")
+            s.add_argument("--device", default=None)
+        if name == "measure":
+            s.add_argument("--passes", type=int, default=2)
+        if name == "report":
+            s.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    return {"build": build, "measure": measure, "kernels": kernels, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

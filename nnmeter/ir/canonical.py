@@ -1,0 +1,238 @@
+"""Canonical passes: rewrite a graph as the runtimes see it after loading it.
+
+A model written by another tool carries ops that every runtime here folds away at load
+time (ORT's level-1 and level-2 rewrites, OpenVINO's and MNN's conversions, the TFLite
+converter): an exporter's ``Identity`` and ``Dropout``, a batch-norm split into a
+``Mul`` and an ``Add`` by per-channel constants, explicit zero ``Pad`` nodes in front of
+convolutions, pairs of transposes that cancel. Predicting those ops as kernels predicts
+work the runtime never does. Each pass here is a plain function of the graph that
+rewrites it in place and returns what it did, one line per rewrite; :func:`canonicalize`
+runs them all in order and records the lines in ``graph.meta["canonical"]``.
+
+An IR node that takes over an op keeps the op's name in ``meta["absorbed"]``, so that a
+runtime's report naming the source op maps back to it
+(:func:`nnmeter.partition.truth.ir_name_map`). An op a pass cannot handle stays where
+it is.
+
+What the passes leave alone on purpose:
+
+- a scalar constant added to or multiplied with a convolution's output (``x + 3`` of a
+  decomposed h-swish): folding it would be exact, but the decomposed h-swish and
+  h-sigmoid blocks are recognised by that very ``add`` (:mod:`nnmeter.kernels.naming`);
+- a constant affine op after a fully connected layer (ORT's fusion of ``Gemm`` + ``Add``
+  happens in the frontend, which maps it to ``fc`` with a bias);
+- reshapes and flattens: the partitioner already treats them as views
+  (``kernel_type_of`` drops them from fused kernels).
+
+Examples
+--------
+>>> from nnmeter.ir.builder import GraphBuilder
+>>> b = GraphBuilder("m", (1, 8, 8, 8))
+>>> y = b.conv(b.x, 8, name="c")
+>>> y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="scale")
+>>> g = b.build([b.relu(y, name="r")])
+>>> canonicalize(g)
+["folded mul 'scale' (per-channel constant) into conv 'c'"]
+>>> [n.op for n in g.topological_nodes()]
+['input', 'conv', 'relu']
+>>> g.node("c").meta["absorbed"]
+['scale']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from nnmeter.ir.graph import ModelGraph, Node
+
+__all__ = ["canonicalize", "PASSES", "drop_identity", "fold_constant_affine",
+           "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6"]
+
+#: ops that take a per-channel scale and shift into their weights and bias
+_AFFINE_HOSTS = frozenset({"conv", "dwconv", "convtranspose", "bn"})
+_AFFINE_OPS = frozenset({"mul", "add", "sub", "div"})
+
+
+def _absorb(g: ModelGraph, host: str, node: Node) -> None:
+    """Record ``node`` (and whatever it had absorbed) on ``host``."""
+    h = g.node(host)
+    names = h.meta.setdefault("absorbed", [])
+    for nm in [node.name, (node.source or {}).get("name"), *node.meta.get("absorbed", ())]:
+        if nm and nm not in names and nm != host:
+            names.append(nm)
+
+
+def _sole_reader(g: ModelGraph, name: str) -> str | None:
+    """The one node reading ``name``'s output, None if several, none, or an output."""
+    if any(o.node == name for o in g.outputs):
+        return None
+    readers = g.successors(name)
+    return readers[0] if len(readers) == 1 else None
+
+
+def drop_identity(g: ModelGraph) -> list[str]:
+    """Remove ``identity`` ops (an exporter's Identity, an inference Dropout)."""
+    done = []
+    for name in list(g.topological_order()):
+        n = g.node(name)
+        if n.op != "identity" or len(n.inputs) != 1:
+            continue
+        if any(o.node == n.name for o in g.outputs):
+            continue  # a graph output keeps its name
+        src = n.inputs[0].node
+        g.bypass(n.name)
+        if g.node(src).op != "input":
+            _absorb(g, src, n)
+        done.append(f"removed identity {n.name!r}")
+    return done
+
+
+def _per_channel(shape: tuple[int, ...] | None, channels: int) -> bool:
+    """A constant broadcast along axis 1 only: (C,1,1), (1,C,1,1), (1,C), (C,)... with
+    C equal to the channels (a scalar is left alone: see the module doc)."""
+    if not shape:
+        return False
+    dims = list(shape)
+    while dims and dims[0] == 1 and len(dims) > 3:
+        dims.pop(0)
+    # after dropping leading batch ones: (C,), (C,1), (C,1,1), or (1,C,1,1)-like
+    if len(dims) == 4:
+        dims = dims[1:] if dims[0] == 1 else dims
+    if not dims or dims[0] != channels:
+        return False
+    return all(d == 1 for d in dims[1:]) and channels > 1
+
+
+def fold_constant_affine(g: ModelGraph) -> list[str]:
+    """Fold ``mul``/``add``/``sub``/``div`` by a per-channel constant into the
+    convolution or batch-norm that produces its input (ORT's ConvMulFusion and
+    ConvAddFusion, OpenVINO's and MNN's scale-shift folding)."""
+    done = []
+    changed = True
+    while changed:
+        changed = False
+        for name in list(g.topological_order()):
+            if name not in g:
+                continue
+            n = g.node(name)
+            if n.op not in _AFFINE_OPS or len(n.inputs) != 1:
+                continue
+            const = getattr(n.attrs, "const_shape", None)
+            host = n.inputs[0].node
+            h = g.node(host)
+            if h.op not in _AFFINE_HOSTS or _sole_reader(g, host) != n.name:
+                continue
+            shape = h.output_shapes[n.inputs[0].port] if h.output_shapes else ()
+            if len(shape) < 2 or not _per_channel(const, int(shape[1])):
+                continue
+            if n.op in ("add", "sub") and h.op != "bn" and not getattr(h.attrs, "bias", True):
+                g.replace(host, attrs=dataclasses.replace(h.attrs, bias=True))
+            g.bypass(n.name)
+            _absorb(g, host, n)
+            done.append(f"folded {n.op} {n.name!r} (per-channel constant) into {h.op} {host!r}")
+            changed = True
+    return done
+
+
+def merge_pad_into_conv(g: ModelGraph) -> list[str]:
+    """Merge a zero ``pad`` of H and W into the convolution that reads it (ORT's
+    PadFusion; TensorFlow exporters write ``Pad`` + ``Conv(padding=VALID)``)."""
+    done = []
+    for name in list(g.topological_order()):
+        n = g.node(name)
+        if n.op != "pad" or len(n.inputs) != 1:
+            continue
+        a = n.attrs
+        if a.mode != "constant" or float(a.value) != 0.0 or len(a.pads) != 8:
+            continue
+        begin, end = a.pads[:4], a.pads[4:]
+        if any(begin[:2]) or any(end[:2]) or min(a.pads) < 0:
+            continue  # pads batch or channels, or crops
+        reader = _sole_reader(g, n.name)
+        if reader is None:
+            continue
+        c = g.node(reader)
+        if c.op not in ("conv", "dwconv") or c.inputs[0].node != n.name:
+            continue
+        t, lft, b, r = c.attrs.pads
+        pads = (t + begin[2], lft + begin[3], b + end[2], r + end[3])
+        g.replace(reader, attrs=dataclasses.replace(c.attrs, pads=pads))
+        g.bypass(n.name)
+        # the convolution reads the unpadded tensor now
+        g.replace(reader, input_shapes=(g.shape_of(g.node(reader).inputs[0]),
+                                        *g.node(reader).input_shapes[1:]))
+        _absorb(g, reader, n)
+        done.append(f"merged pad {n.name!r} into {c.op} {reader!r}")
+    return done
+
+
+def cancel_transposes(g: ModelGraph) -> list[str]:
+    """Remove a transpose followed by its inverse (layout round trips that converters
+    write around ops they cannot express in the other layout)."""
+    done = []
+    for name in list(g.topological_order()):
+        if name not in g:
+            continue
+        n = g.node(name)
+        if n.op != "transpose" or len(n.inputs) != 1:
+            continue
+        reader = _sole_reader(g, n.name)
+        if reader is None:
+            continue
+        m = g.node(reader)
+        if m.op != "transpose":
+            continue
+        p, q = tuple(n.attrs.perm), tuple(m.attrs.perm)
+        if len(p) != len(q) or tuple(p[i] for i in q) != tuple(range(len(p))):
+            continue
+        if any(o.node == reader for o in g.outputs):
+            continue
+        src = n.inputs[0].node
+        g.bypass(reader)
+        g.bypass(n.name)
+        if g.node(src).op != "input":
+            _absorb(g, src, n)
+            _absorb(g, src, m)
+        done.append(f"cancelled transposes {n.name!r} and {reader!r}")
+    return done
+
+
+def clip_as_relu6(g: ModelGraph) -> list[str]:
+    """``clip`` to [0, 6] is ``relu6``; to [0, inf) is ``relu``."""
+    from nnmeter.ir.ops import NoAttrs
+
+    done = []
+    for n in list(g.topological_nodes()):
+        if n.op != "clip":
+            continue
+        lo, hi = float(n.attrs.min_value), float(n.attrs.max_value)
+        op = "relu6" if (lo, hi) == (0.0, 6.0) else "relu" if (lo, hi) == (0.0, float("inf")) \
+            else None
+        if op is None:
+            continue
+        g.replace(n.name, op=op, attrs=NoAttrs())
+        done.append(f"clip {n.name!r} [{lo:g}, {hi:g}] as {op}")
+    return done
+
+
+#: the passes in the order :func:`canonicalize` runs them
+PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
+    drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
+    fold_constant_affine,
+)
+
+
+def canonicalize(g: ModelGraph, passes: Any = PASSES) -> list[str]:
+    """Run ``passes`` over ``g`` in place; what they did, also appended to
+    ``g.meta["canonical"]``. The graph is validated afterwards."""
+    notes: list[str] = []
+    for p in passes:
+        notes.extend(p(g))
+    if notes:
+        g.meta = dict(getattr(g, "meta", None) or {})
+        g.meta.setdefault("canonical", []).extend(notes)
+        g.invalidate()
+        g.validate()
+    return notes

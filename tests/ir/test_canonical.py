@@ -1,0 +1,164 @@
+"""Canonical passes: each rewrite on a tiny graph, and what each leaves alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnmeter.ir.builder import GraphBuilder
+from nnmeter.ir.canonical import (
+    cancel_transposes, canonicalize, clip_as_relu6, drop_identity, fold_constant_affine,
+    merge_pad_into_conv,
+)
+
+
+def _ops(g):
+    return [n.op for n in g.topological_nodes() if n.op != "input"]
+
+
+def test_fold_per_channel_mul_add_into_conv_sets_bias_and_records_names():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.conv(b.x, 16, bias=False, name="c")
+    y = b.eltwise_const("mul", y, (16, 1, 1), name="scale")
+    y = b.eltwise_const("add", y, (1, 16, 1, 1), name="shift")
+    g = b.build([b.relu(y, name="r")])
+    notes = fold_constant_affine(g)
+    assert len(notes) == 2
+    assert _ops(g) == ["conv", "relu"]
+    assert g.node("c").attrs.bias is True
+    assert g.node("c").meta["absorbed"] == ["scale", "shift"]
+    assert g.node("r").inputs[0].node == "c"
+    g.validate()
+
+
+def test_fold_into_bn_after_conv():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.bn(b.conv(b.x, 8, name="c"), name="bn")
+    y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="m")
+    g = b.build([b.relu(y)])
+    fold_constant_affine(g)
+    assert _ops(g) == ["conv", "bn", "relu"]
+    assert g.node("bn").meta["absorbed"] == ["m"]
+
+
+@pytest.mark.parametrize("const_shape", [(1,), (1, 1, 1, 1), (8, 8), (1, 8, 8, 8)])
+def test_scalar_and_spatial_constants_stay(const_shape):
+    # a scalar "+3" is what the decomposed h-swish is recognised by; a spatial
+    # constant is not a scale-shift the weights can take
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.eltwise_const("add", b.conv(b.x, 8, name="c"), const_shape, name="a")
+    g = b.build([b.relu(y)])
+    assert fold_constant_affine(g) == []
+    assert _ops(g) == ["conv", "add", "relu"]
+
+
+def test_no_fold_when_the_conv_output_has_another_reader():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    c = b.conv(b.x, 8, name="c")
+    y = b.eltwise_const("mul", c, (1, 8, 1, 1), name="m")
+    g = b.build([b.add_(y, c)])
+    assert fold_constant_affine(g) == []
+
+
+def test_no_fold_after_an_op_that_has_no_weights():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.eltwise_const("mul", b.relu(b.x, name="r"), (1, 8, 1, 1), name="m")
+    g = b.build([y])
+    assert fold_constant_affine(g) == []
+
+
+def test_drop_identity_keeps_graph_outputs():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.add("identity", [b.conv(b.x, 8, name="c")], name="id1")
+    out = b.add("identity", [b.relu(y, name="r")], name="id2")
+    g = b.build([out])
+    notes = drop_identity(g)
+    assert notes == ["removed identity 'id1'"]
+    assert _ops(g) == ["conv", "relu", "identity"]
+    assert g.node("c").meta["absorbed"] == ["id1"]
+
+
+def test_merge_zero_pad_into_conv():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    p = b.pad(b.x, (0, 0, 1, 2, 0, 0, 1, 2), name="p")
+    y = b.conv(p, 8, 3, pads=(0, 0, 0, 0), name="c")
+    g = b.build([y])
+    before = g.node("c").output_shape
+    assert merge_pad_into_conv(g) == ["merged pad 'p' into conv 'c'"]
+    assert _ops(g) == ["conv"]
+    assert g.node("c").attrs.pads == (1, 2, 1, 2)
+    assert g.node("c").input_shapes[0] == (1, 8, 8, 8)
+    g.infer_shapes()
+    assert g.node("c").output_shape == before
+    g.validate()
+
+
+def test_pad_of_channels_or_into_pooling_stays():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    p = b.pad(b.x, (0, 1, 0, 0, 0, 1, 0, 0), name="p")
+    g = b.build([b.conv(p, 8, name="c")])
+    assert merge_pad_into_conv(g) == []
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    p = b.pad(b.x, (0, 0, 1, 1, 0, 0, 1, 1), name="p")
+    g = b.build([b.maxpool(p, 2)])
+    assert merge_pad_into_conv(g) == []
+
+
+def test_cancel_inverse_transposes_only():
+    b = GraphBuilder("m", (1, 8, 4, 6))
+    t1 = b.transpose(b.relu(b.x, name="r"), (0, 2, 3, 1), name="t1")
+    t2 = b.transpose(t1, (0, 3, 1, 2), name="t2")
+    g = b.build([b.relu(t2, name="r2")])
+    assert cancel_transposes(g) == ["cancelled transposes 't1' and 't2'"]
+    assert _ops(g) == ["relu", "relu"]
+    b = GraphBuilder("m", (1, 8, 4, 6))
+    t1 = b.transpose(b.relu(b.x), (0, 2, 3, 1), name="t1")
+    t2 = b.transpose(t1, (0, 2, 3, 1), name="t2")  # not the inverse
+    g = b.build([b.relu(t2)])
+    assert cancel_transposes(g) == []
+
+
+def test_clip_bounds():
+    b = GraphBuilder("m", (1, 8, 4, 4))
+    y = b.clip(b.clip(b.clip(b.x, 0.0, 6.0, name="c6"), 0.0, float("inf"), name="c0"),
+               -1.0, 1.0, name="c1")
+    g = b.build([y])
+    assert len(clip_as_relu6(g)) == 2
+    assert _ops(g) == ["relu6", "relu", "clip"]
+
+
+def test_canonicalize_records_notes_and_is_idempotent():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.eltwise_const("mul", b.conv(b.x, 8, name="c"), (1, 8, 1, 1), name="m")
+    g = b.build([b.add("identity", [b.relu(y)], name="i")])
+    notes = canonicalize(g)
+    assert g.meta["canonical"] == notes and len(notes) == 1
+    assert canonicalize(g) == []
+
+
+def test_onnx_import_folds_a_tensorflow_style_batch_norm(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from nnmeter.frontends import load_model
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    s = numpy_helper.from_array(rng.standard_normal((4, 1, 1)).astype(np.float32), "s")
+    t = numpy_helper.from_array(rng.standard_normal((4, 1, 1)).astype(np.float32), "t")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "t"], ["a"], name="add"),
+             helper.make_node("Identity", ["a"], ["i"], name="ident"),
+             helper.make_node("Relu", ["i"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "tfbn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        initializer=[w, s, t])
+    p = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), p)
+    g = load_model(p)
+    assert _ops(g) == ["conv", "relu"]
+    assert set(g.node("conv").meta["absorbed"]) >= {"mul", "add"}
+    raw = load_model(p, canonical=False)
+    assert "mul" in _ops(raw) and "add" in _ops(raw)
