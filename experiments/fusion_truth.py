@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nnmeter.backends import Profiler  # noqa: E402
-from nnmeter.fusion.detect import EDGE_CONVERSION_OPS  # noqa: E402
+from nnmeter.fusion.runtime import kernel_count, separate_roles  # noqa: E402
 from nnmeter.fusion import TestShapes, build_testcases, load_rules  # noqa: E402
 from nnmeter.fusion.testcases import graph_signature  # noqa: E402
 from nnmeter.kernels import kernel_type_of  # noqa: E402
@@ -84,29 +84,6 @@ def truth_of(case, executed) -> bool:
     if case.kind == "multi_input":
         return any("op3" in s and s & {"op1", "op2"} for s in groups)
     return any(len(s) >= 2 for s in groups)
-
-
-#: executed-node types that convert layout or precision only: not kernels of an op
-LAYOUT_NODE_TYPES = EDGE_CONVERSION_OPS | {"ConvertTensor"}
-
-
-def kernel_count(executed) -> int:
-    """Kernels a runtime ran: executed nodes it timed, less the layout/precision
-    conversions that do no original op's work (a conversion node that covers an op,
-    such as MNN's raster for a concat, is that op's kernel)."""
-    return sum(1 for e in executed if e.time_ms is not None
-               and (e.covers or e.op_type.rsplit(".", 1)[-1] not in LAYOUT_NODE_TYPES))
-
-
-def separate_roles(case) -> list[str]:
-    """The roles of the separate models whose kernels a fused pattern would undercut."""
-    if case.kind == "pair":
-        return ["op1", "op2"]
-    if case.kind == "multi_output":
-        return ["p", "c1", "c2"]
-    if case.kind == "multi_input":
-        return ["branch", "branch", "join"]
-    return [r for r in case.models if r.startswith("part:")]
 
 
 def truth_by_kernels(case, counts: dict[str, int]) -> bool:
@@ -208,6 +185,9 @@ def run_backend(backend: str, rules_file: str | None = None) -> dict:
         "agreement_raw_rule": round(
             sum(r["raw"] == r["truth"] for r in with_raw) / max(1, len(with_raw)), 4),
         "truth_fused": sum(r["truth"] for r in ok), "decided_fused": sum(r["decision"] for r in ok),
+        # baselines: a rule set that never fuses, and one that fuses every pattern
+        "agreement_never_fuse": round(sum(not r["truth"] for r in ok) / max(1, len(ok)), 4),
+        "agreement_always_fuse": round(sum(r["truth"] for r in ok) / max(1, len(ok)), 4),
         "disagreements_close": sum(1 for r in ok if not r["agree"] and r["close"]),
         "truth_definitions_differ": sum(1 for r in ok
                                         if r["truth_kernels"] != r["truth_covers"]),
@@ -259,6 +239,8 @@ def main() -> int:
               f"{s['usable_agree']}/{s['usable']} "
               f"({100 * s['usable_agree'] / max(1, s['usable']):.1f} %); "
               f"runtime fused {s['truth_fused']}, detector fused {s['decided_fused']}, "
+              f"never-fuse baseline {100 * s.get('agreement_never_fuse', 0):.1f} %, "
+              f"always-fuse {100 * s.get('agreement_always_fuse', 0):.1f} %, "
               f"disagreements within noise {s['disagreements_close']}, errors {s['errors']}")
         if "truth_definitions_differ" in s:
             differ = [r for r in res["rows"] if "error" not in r

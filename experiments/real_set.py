@@ -252,13 +252,26 @@ def measure(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["model"], r["pass"]) for r in _rows(path)}
     names = [n for n in sorted(manifest) if _applies(manifest[n], args.backend)]
+    if args.control:
+        # the zoo's base models in the same run: the predictor's level on its own
+        # exporter's graphs today, beside the real set (drift, a slower host)
+        from nnmeter import zoo
+
+        for fam in zoo.FAMILY_NAMES:
+            manifest[f"zoo-{fam}"] = {"family": fam, "exporter": "nnmeter", "sha256": None,
+                                      "graph": zoo.get_family(fam)}
+        names = [f"zoo-{fam}" for fam in zoo.FAMILY_NAMES]
     with Profiler(args.backend) as prof, open(path, "a") as fh:
         for p in range(args.passes):
             for i, n in enumerate(names, 1):
                 if (n, p) in done:
                     continue
                 info = manifest[n]
-                m = prof.measure(d / info["file"], on_error="record")
+                if "graph" in info:
+                    fam = info["graph"]
+                    m = prof.measure(fam.build(fam.base_config()), on_error="record")
+                else:
+                    m = prof.measure(d / info["file"], on_error="record")
                 row = {"model": n, "family": info["family"], "exporter": info["exporter"],
                        "sha256": info["sha256"], "pass": p,
                        "latency_ms": m.latency_ms if m.ok else None, "spread": m.spread,
@@ -277,12 +290,13 @@ def kernels(args: argparse.Namespace) -> int:
     from nnmeter.frontends import load_model
     from nnmeter.fusion import load_rules
     from nnmeter.partition import partition
+    from nnmeter.ir.canonical import for_backend
     from nnmeter.partition.truth import compare_with_runtime
     from nnmeter.predictors.absorbed import absorbed_kernels
     from nnmeter.predictors.facts import device_facts
 
     d, manifest = _manifest(args)
-    rules = load_rules(args.backend)
+    rules = load_rules(args.rules or args.backend)
     facts = None
     names = [n for n in sorted(manifest) if _applies(manifest[n], args.backend)]
     out = {"backend": args.backend, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -293,7 +307,7 @@ def kernels(args: argparse.Namespace) -> int:
         for n in names:
             f = d / manifest[n]["file"]
             try:
-                g = load_model(f)
+                g = for_backend(load_model(f), args.backend)
                 ks = partition(g, rules)
                 executed = prof.profile(f, runs=1)
             except NNMeterError as err:
@@ -319,7 +333,9 @@ def kernels(args: argparse.Namespace) -> int:
           f"({100 * eqp / max(tot, 1):.1f} %, kernels it runs inside another merged)")
     out["summary"] = {"runtime_compute": tot, "partition_equal": eq, "predictor_equal": eqp}
     OUT.mkdir(exist_ok=True)
-    (OUT / f"real_set_kernels_{args.backend}.json").write_text(json.dumps(out, indent=1))
+    out["rules"] = str(args.rules or f"fusion_rules/{args.backend}.json")
+    Path(args.out or OUT / f"real_set_kernels_{args.backend}.json").write_text(
+        json.dumps(out, indent=1))
     return 0
 
 
@@ -338,8 +354,12 @@ def report(args: argparse.Namespace) -> int:
     pred = load_predictor(args.backend, device=args.device)
     table: list[dict] = []
     failed: dict[str, str] = {}
+    control: list[tuple[str, dict]] = []
     for n in sorted(by):
         passes = by[n]
+        if n.startswith("zoo-"):
+            control.append((n, passes))
+            continue
         if n not in manifest:
             continue
         true = min(passes.values())
@@ -366,6 +386,17 @@ def report(args: argparse.Namespace) -> int:
                "mape": float(np.mean(np.abs(err))),
                "repeatability_10": float(np.mean(reps)) if reps else None,
                "not_predicted": failed}
+    if control:
+        from nnmeter import zoo
+
+        cerr = []
+        for n, passes in control:
+            fam = zoo.get_family(n[4:])
+            cerr.append(pred.predict(fam.build(fam.base_config())).total_ms /
+                        min(passes.values()) - 1)
+        cerr_a = np.abs(np.array(cerr))
+        summary["control"] = {"n": len(cerr), "within_10": float(np.mean(cerr_a <= 0.10)),
+                              "median_error": float(np.median(cerr))}
     if args.json:
         print(json.dumps({"summary": summary, "models": table}, indent=1))
         return 0
@@ -382,6 +413,11 @@ def report(args: argparse.Namespace) -> int:
     print(f"\n{summary['n']} models: {100 * summary['within_10']:.1f} % within ±10 %, "
           f"{100 * summary['within_5']:.1f} % within ±5 %, MAPE {100 * summary['mape']:.1f} %; "
           f"repeatability (two passes within ±10 %) {rep_s}")
+    if control:
+        c = summary["control"]
+        print(f"control, the zoo's {c['n']} base models measured in the same session: "
+              f"{100 * c['within_10']:.1f} % within ±10 %, median error "
+              f"{100 * c['median_error']:+.1f} %")
     return 0
 
 
@@ -397,8 +433,15 @@ def main() -> int:
         else:
             s.add_argument("--backend", default="ort-cpu")
             s.add_argument("--device", default=None)
+        if name == "kernels":
+            s.add_argument("--rules", default=None,
+                           help="score this rules file instead of the backend's own")
+            s.add_argument("--out", default=None, help="result JSON (default "
+                           "experiments/results/real_set_kernels_<backend>.json)")
         if name == "measure":
             s.add_argument("--passes", type=int, default=2)
+            s.add_argument("--control", action="store_true",
+                           help="measure the zoo's base models instead (a control)")
         if name == "report":
             s.add_argument("--json", action="store_true")
     args = ap.parse_args()

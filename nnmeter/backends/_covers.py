@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["OnnxIndex", "assign_covers"]
 
 _DECORATIONS = re.compile(
-    r"(_nchwc|__before_tr|___tr4c|_raster_\d+|/sink_port_\d+|_output_\d+|:\d+)$")
+    r"(_nchwc|_bn|__before_tr|___tr4c|_raster_\d+|/sink_port_\d+|_output_\d+|:\d+)$")
 
 #: the name ORT gives a node its graph fusions made: "<original node>/<Kind>Fusion/..."
 _FUSION_SUFFIX = re.compile(r"^(.*?)/\w*Fusion(?:/.*)?$")

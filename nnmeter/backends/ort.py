@@ -65,7 +65,7 @@ def interquartile_mean(values: list[float]) -> float:
     return sum(mid) / len(mid)
 
 #: ONNX activations ORT's NCHWc convolution applies in place (its ``activation``)
-_NCHWC_ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"}
+_NCHWC_ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish"}
 
 
 def _nchwc_tail(index: OnnxIndex, node: Any, anchors: set[str]) -> set[str]:

@@ -50,6 +50,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-handoff-correction", action="store_true",
                    help="keep what the runtime pays for handing tensors in and out of a "
                         "model in the times")
+    p.add_argument("--joins-only", action="store_true",
+                   help="only read, from the runtime's own graph, which operand's kernel "
+                        "takes a residual add, and write it into the existing rules file "
+                        "(seconds; runtimes that show their graph: ort-cpu, openvino-cpu, "
+                        "mnn-cpu)")
+    p.add_argument("--from-runtime", action="store_true",
+                   help="take every decision from the runtime's own graph instead of "
+                        "timing (the zoo's base models and the test cases, loaded once "
+                        "each; minutes, no timing noise), starting from the existing "
+                        "rules file's patterns; ort-cpu, openvino-cpu, mnn-cpu")
     add_json(p)
     p.set_defaults(func=run_detect)
 
@@ -76,6 +86,10 @@ def run_detect(args: argparse.Namespace) -> int:
     shapes = dataclasses.replace(TestShapes.for_backend(args.backend),
                                  **{k: v for k, v in over.items() if v is not None})
     out = args.out or rules_path(args.backend)
+    if args.joins_only:
+        return _run_joins(args, out)
+    if args.from_runtime:
+        return _run_from_runtime(args, out)
     rules = detect_fusion(args.backend, alpha=args.alpha, shapes=shapes, out=out,
                           only=args.only, progress=not args.json, resume=not args.no_resume,
                           edge_correction=not args.no_edge_correction,
@@ -92,6 +106,73 @@ def run_detect(args: argparse.Namespace) -> int:
     for kind in ("pair", "multi_output", "multi_input", "block"):
         s = summary[kind]
         print(f"{kind:13s} tested {s['tested']:4d}  fused {s['fused']:4d}  close {s['close']:4d}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
+    import functools
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    from nnmeter import zoo
+    from nnmeter.backends import Profiler
+    from nnmeter.fusion import load_rules
+    from nnmeter.fusion.joins import join_operand_from_runtime, with_join_operand
+    from nnmeter.fusion.runtime import runtime_rules
+
+    base_path = Path(out) if Path(out).exists() else None
+    base = load_rules(str(base_path) if base_path else args.backend)
+    graphs = [zoo.get_family(f).build(zoo.get_family(f).base_config())
+              for f in zoo.FAMILY_NAMES]
+    t0 = time.perf_counter()
+    with Profiler(args.backend) as prof:
+        profile = functools.partial(prof.profile, runs=1)
+        rules, report = runtime_rules(base, profile, graphs, progress=not args.json)
+        rules = with_join_operand(rules, join_operand_from_runtime(prof))
+    data = json.loads(base_path.read_text()) if base_path else {}
+    data.update(rules.to_dict())
+    flipped = sorted(n for n, r in report.items() if r["fused"] != r["timed_fused"])
+    data["runtime_rules"] = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
+        "sources": {src: sum(r["source"] == src for r in report.values())
+                    for src in sorted({r["source"] for r in report.values()})},
+        "changed_from_timed": flipped}
+    path = Path(out)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    if args.json:
+        emit_json({"out": str(out), **data["runtime_rules"], "patterns": report})
+        return 0
+    print(f"{len(report)} patterns decided from {args.backend}'s own graph: "
+          + ", ".join(f"{v} by {k}" for k, v in data["runtime_rules"]["sources"].items()))
+    print(f"{len(flipped)} differ from the timed decisions: {', '.join(flipped) or '-'}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _run_joins(args: argparse.Namespace, out: Any) -> int:
+    from pathlib import Path
+
+    from nnmeter.backends import Profiler
+    from nnmeter.errors import FusionRulesError
+    from nnmeter.fusion.joins import join_operand_from_runtime, update_rules_file
+
+    if not Path(out).exists():
+        raise FusionRulesError(f"no rules file at {out}; run `nnmeter detect-fusion "
+                               f"--backend {args.backend}` first")
+    with Profiler(args.backend) as prof:
+        result = join_operand_from_runtime(prof)
+    update_rules_file(out, result)
+    if args.json:
+        emit_json({"out": str(out), **result})
+        return 0
+    print(f"residual add joins: {result['operand'] or 'not known'} "
+          f"({', '.join(f'{k} -> {v}' for k, v in result['evidence'].items())})")
     print(f"wrote {out}")
     return 0
 
@@ -123,8 +204,11 @@ def run_kernels(args: argparse.Namespace) -> int:
     from nnmeter.frontends import load_model
     from nnmeter.fusion import load_rules
 
+    from nnmeter.ir.canonical import for_backend
+
     rules = load_rules(args.rules or args.backend)
     graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    graph = for_backend(graph, rules.backend_id)
     report = kernels_report(graph, rules)
     if args.json:
         emit_json(report)

@@ -90,10 +90,26 @@ def _load(args: argparse.Namespace) -> Any:
     return load_model(args.model, input_shapes=shapes)
 
 
-def _measure(graph: Any, backend_id: str) -> Any:
+def _measured_source(args: argparse.Namespace, graph: Any, backend_id: str) -> tuple[Any, str]:
+    """What ``--measure`` runs: the user's own file when the backend takes its format
+    (and no ``--input-shape`` changes it), else nnmeter's export of the IR. Returns the
+    model and a label for the report."""
+    from pathlib import Path
+
+    from nnmeter.backends import get_backend
+
+    path = Path(str(args.model))
+    fmt = get_backend(backend_id).model_format
+    if path.suffix.lower() == f".{fmt}" and path.is_file() and not getattr(args, "input_shape", None):
+        return path, "the model file"
+    return graph, f"nnmeter's {fmt} export of the graph (random weights)"
+
+
+def _measure(args: argparse.Namespace, graph: Any, backend_id: str) -> tuple[Any, str]:
     from nnmeter.backends import measure
 
-    return measure(graph, backend_id)
+    model, what = _measured_source(args, graph, backend_id)
+    return measure(model, backend_id), what
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -104,7 +120,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     report = predictor.predict(graph)
     out: dict[str, Any] = report.as_dict()
     if args.measure:
-        m = _measure(graph, args.backend)
+        m, what = _measure(args, graph, args.backend)
+        out["measured_model"] = what
         out["measured_ms"] = m.latency_ms
         out["measured_spread"] = m.spread
         out["error_percent"] = 100.0 * (report.total_ms - m.latency_ms) / m.latency_ms
@@ -148,7 +165,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     print(f"predicted total: {report.total_ms:.3f} ms")
     if args.measure:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "
-              f"{100 * (out['measured_spread'] or 0):.1f} %)")
+              f"{100 * (out['measured_spread'] or 0):.1f} %; {out['measured_model']})")
         print(f"error:           {out['error_percent']:+.1f} %")
     for w in out["warnings"]:
         if w != predictor.logged_warning:  # the device warning is logged once already
@@ -216,7 +233,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
                                "device": rep.device_name,
                                "device_mismatch": rep.device_mismatch}
         if args.measure:
-            row["measured_ms"] = _measure(graph, b).latency_ms
+            m, row["measured_model"] = _measure(args, graph, b)
+            row["measured_ms"] = m.latency_ms
         results.append(row)
     results.sort(key=lambda r: r["predicted_ms"])
     out: dict[str, Any] = {"model": graph.name, "ranking": results,

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from nnmeter.errors import MeasurementError
+from nnmeter.errors import BackendError, MeasurementError
 from nnmeter.fusion.decision import PairDecision, Timing, decide_case, decide_pair, split_tie
 from nnmeter.fusion.probes import (
     EDGE_CONVERSION_OPS, EDGE_PROFILE_RUNS, ProbingStore, case_shares, edge_share,
@@ -186,6 +186,15 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
             except MeasurementError as err:
                 logger.warning("%s: %s", case.name, err)
                 failed.append({"name": case.name, "error": str(err)[:500]})
+        joins = None
+        if profile is not None and any(p.kind == "multi_input" and p.ops[0] == "conv"
+                                       and p.ops[-1] == "add" for p in patterns):
+            from nnmeter.fusion.joins import join_operand_from_runtime
+
+            try:
+                joins = join_operand_from_runtime(prof)
+            except (BackendError, MeasurementError) as err:
+                logger.warning("join operand probe: %s", err)
     finally:
         if own:
             prof.close()
@@ -199,6 +208,10 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
         shapes=shapes.as_dict(), patterns=tuple(patterns),
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    if joins is not None:
+        from nnmeter.fusion.joins import with_join_operand
+
+        rules = with_join_operand(rules, joins)
     data = rules.to_dict()
     data["failed"] = failed
     data["detection"] = {"overhead_ms": round(overhead_ms, 6),

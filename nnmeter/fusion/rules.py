@@ -200,6 +200,18 @@ class FusionRules:
                 return p.fused
         return None
 
+    def join_operand(self, join: str) -> str | None:
+        """Which computed operand's kernel takes a ``join`` (add) that fuses into a
+        convolution, as the runtime's own graph showed (:mod:`nnmeter.fusion.joins`):
+        ``"first"`` (the first operand produced by a convolution-like op with no other
+        reader), ``"order"`` or None (not known: the partitioner's walk decides)."""
+        for p in self.patterns:
+            if p.kind == "multi_input" and p.ops and p.ops[-1] == rule_op(join):
+                op = p.extra.get("operand")
+                if op in ("first", "order"):
+                    return op
+        return None
+
     def block_fused(self, block: str) -> bool:
         """True when the multi-op ``block`` (see :data:`BLOCKS`) runs as one kernel."""
         p = self.pattern("block", (block,))

@@ -7,7 +7,9 @@ converter): an exporter's ``Identity`` and ``Dropout``, a batch-norm split into 
 convolutions, pairs of transposes that cancel. Predicting those ops as kernels predicts
 work the runtime never does. Each pass here is a plain function of the graph that
 rewrites it in place and returns what it did, one line per rewrite; :func:`canonicalize`
-runs them all in order and records the lines in ``graph.meta["canonical"]``.
+runs the passes every runtime here agrees on and records the lines in
+``graph.meta["canonical"]``; :func:`for_backend` adds what only some runtimes do (the
+predictor and ``nnmeter kernels`` call it with their backend).
 
 An IR node that takes over an op keeps the op's name in ``meta["absorbed"]``, so that a
 runtime's report naming the source op maps back to it
@@ -32,6 +34,9 @@ Examples
 >>> y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="scale")
 >>> g = b.build([b.relu(y, name="r")])
 >>> canonicalize(g)
+[]
+>>> g = for_backend(g, "ort-cpu")
+>>> g.meta["canonical"]
 ["folded mul 'scale' (per-channel constant) into conv 'c'"]
 >>> [n.op for n in g.topological_nodes()]
 ['input', 'conv', 'relu']
@@ -47,7 +52,7 @@ from typing import Any
 
 from nnmeter.ir.graph import ModelGraph, Node
 
-__all__ = ["canonicalize", "PASSES", "drop_identity", "fold_constant_affine",
+__all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
            "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6"]
 
 #: ops that take a per-channel scale and shift into their weights and bias
@@ -56,12 +61,14 @@ _AFFINE_OPS = frozenset({"mul", "add", "sub", "div"})
 
 
 def _absorb(g: ModelGraph, host: str, node: Node) -> None:
-    """Record ``node`` (and whatever it had absorbed) on ``host``."""
+    """Record ``node`` (and whatever it had absorbed) on ``host`` (a new meta dict: a
+    copied graph shares its nodes' dicts with the original)."""
     h = g.node(host)
-    names = h.meta.setdefault("absorbed", [])
+    names = list(h.meta.get("absorbed", ()))
     for nm in [node.name, (node.source or {}).get("name"), *node.meta.get("absorbed", ())]:
         if nm and nm not in names and nm != host:
             names.append(nm)
+    g.replace(host, meta={**h.meta, "absorbed": names})
 
 
 def _sole_reader(g: ModelGraph, name: str) -> str | None:
@@ -105,10 +112,19 @@ def _per_channel(shape: tuple[int, ...] | None, channels: int) -> bool:
     return all(d == 1 for d in dims[1:]) and channels > 1
 
 
+def _folds_into_conv(g: ModelGraph, bn: Node) -> bool:
+    """A batch-norm that the runtime folds into the convolution before it."""
+    if len(bn.inputs) != 1:
+        return False
+    p = g.node(bn.inputs[0].node)
+    return p.op in ("conv", "dwconv", "convtranspose") and _sole_reader(g, p.name) == bn.name
+
+
 def fold_constant_affine(g: ModelGraph) -> list[str]:
     """Fold ``mul``/``add``/``sub``/``div`` by a per-channel constant into the
-    convolution or batch-norm that produces its input (ORT's ConvMulFusion and
-    ConvAddFusion, OpenVINO's and MNN's scale-shift folding)."""
+    convolution that produces its input, or the batch-norm folded into one (ORT's
+    ConvMulFusion and ConvAddFusion, OpenVINO's and MNN's scale-shift folding). After a
+    standalone batch-norm (pre-activation DenseNets) the ops stay: ORT runs them."""
     done = []
     changed = True
     while changed:
@@ -124,6 +140,8 @@ def fold_constant_affine(g: ModelGraph) -> list[str]:
             h = g.node(host)
             if h.op not in _AFFINE_HOSTS or _sole_reader(g, host) != n.name:
                 continue
+            if h.op == "bn" and not _folds_into_conv(g, h):
+                continue  # a standalone norm keeps its scale-shift ops (ORT runs them)
             shape = h.output_shapes[n.inputs[0].port] if h.output_shapes else ()
             if len(shape) < 2 or not _per_channel(const, int(shape[1])):
                 continue
@@ -217,11 +235,45 @@ def clip_as_relu6(g: ModelGraph) -> list[str]:
     return done
 
 
-#: the passes in the order :func:`canonicalize` runs them
+#: the passes in the order :func:`canonicalize` runs them: what every runtime here does
 PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
     drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
-    fold_constant_affine,
 )
+
+#: backends (by id prefix) whose runtime folds a per-channel scale and shift into the
+#: convolution before it, as their own graphs show (ORT's ConvMulFusion/ConvAddFusion,
+#: OpenVINO's); MNN runs them as ops of their own, and LiteRT runs what nnmeter's
+#: exporter writes
+_FOLDS_SCALE_SHIFT = {"ort": True, "openvino": True, "mnn": False, "litert": False}
+
+
+def _affine_candidate(g: ModelGraph) -> bool:
+    for n in g.nx._node.values():
+        node = n["node"]
+        if node.op in _AFFINE_OPS and len(node.inputs) == 1:
+            shape = getattr(node.attrs, "const_shape", None)
+            if shape and max(shape) > 1:
+                return True
+    return False
+
+
+def for_backend(g: ModelGraph, backend_id: str) -> ModelGraph:
+    """``g`` as ``backend_id``'s runtime runs it: a copy with the backend-specific
+    passes applied (:func:`fold_constant_affine` where the runtime folds scale and
+    shift), or ``g`` itself when they change nothing. Cheap when there is nothing to
+    fold (one scan of the nodes)."""
+    if not _FOLDS_SCALE_SHIFT.get(str(backend_id).split("-", 1)[0], False):
+        return g
+    if not _affine_candidate(g):
+        return g
+    out = g.copy()
+    notes = fold_constant_affine(out)
+    if not notes:
+        return g
+    out.meta = {**(getattr(g, "meta", None) or {})}
+    out.meta["canonical"] = [*out.meta.get("canonical", ()), *notes]
+    out.validate()
+    return out
 
 
 def canonicalize(g: ModelGraph, passes: Any = PASSES) -> list[str]:

@@ -99,6 +99,10 @@ class _Rules:
         # (type name, op, attrs, input shapes, output shapes) -> config of a
         # single-node kernel of a node-local type
         self._configs: dict[tuple[Any, ...], Any] = {}
+        #: joins the runtime fuses into its first eligible operand's kernel
+        operand = getattr(rules, "join_operand", None)
+        self.join_first = frozenset(
+            j for j in ("add",) if operand is not None and operand(j) == "first")
 
     def fuses(self, a: str, b: str) -> bool:
         key = (a, b)
@@ -286,6 +290,21 @@ def _rule_tail_op(ops: tuple[str, ...]) -> str:
     return ops[-1]
 
 
+#: ops whose kernel can take a residual add of a computed tensor (a convolution, or the
+#: batch-norm folded into one)
+_JOIN_HOSTS = frozenset({"conv", "dwconv", "convtranspose", "bn"})
+
+
+def _first_host(producers: list[str], op_of: dict[str, str], succs: dict[str, list[str]],
+                output_nodes: set[str]) -> str | None:
+    """The first operand's producer that can take the join into its kernel (a
+    convolution-like op whose output nothing else reads), None if no operand's can."""
+    for p in producers:
+        if op_of[p] in _JOIN_HOSTS and len(succs[p]) == 1 and p not in output_nodes:
+            return p
+    return None
+
+
 def _grow_kernels(state: _State, rules: _Rules) -> None:
     """Start a kernel at each node not yet in one (graph inputs never are), in
     topological order, and grow it one consumer of its last node at a time while it may
@@ -296,6 +315,7 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
     all_ops, all_members, types = state.ops, state.members, state.types
     accepted = rules._accepts
     shared = rules._shared  # kernel ops -> whether the output may feed several readers
+    join_first = rules.join_first
     for name in view.order:
         if name in kernel_of or op_of[name] == "input":
             continue
@@ -334,6 +354,9 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
                             if not computed and op_of[p] != "input":
                                 computed = True
                 cop = op_of[c]
+                if computed and cop in join_first and _first_host(
+                        producers, op_of, succs, output_nodes) not in (None, tail):
+                    continue  # the runtime fuses it into its first operand's kernel
                 if cop != "identity":
                     ok = accepted.get((ops, cop, computed))  # rules.accepts, memo first
                     if ok is None:

@@ -275,6 +275,15 @@ class LatencyPredictor:
         least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
         return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
 
+    def _for_backend(self, graph: Any) -> Any:
+        """The graph as this backend's runtime runs it (a per-channel scale and shift
+        folded into the convolution before it where the runtime does that:
+        :func:`nnmeter.ir.canonical.for_backend`); the graph itself when that changes
+        nothing."""
+        from nnmeter.ir.canonical import for_backend
+
+        return for_backend(graph, self.backend_id) if hasattr(graph, "nx") else graph
+
     def _has_data(self, ktype_name: str) -> bool:
         """A regressor of its own, or enough rows that its family regressor was chosen
         for it on its own held-out rows."""
@@ -311,9 +320,10 @@ class LatencyPredictor:
             return f"family:{family}"
         return FALLBACK_KEY
 
-    def _features(self, kernel: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str]:
+    def _features(self, kernel: Any) -> tuple[Any, ...]:
         """(regressor input, fallback input, raw kernel features, weights (parameters;
-        0 for a type without a ``params`` feature), kernel family), cached per config."""
+        0 for a type without a ``params`` feature), kernel family, groups the regressor
+        input stands for once each: :func:`_one_group`), cached per config."""
         key = (kernel.type, kernel.config)
         hit = self._feature_cache.get(key)
         if hit is None:
@@ -326,9 +336,11 @@ class LatencyPredictor:
             feats = kt.features(kernel.config)
             names = kt.feature_names
             params = float(feats[names.index("params")]) if "params" in names else 0.0
-            hit = (model_input(names, feats),
+            per_group, groups = _one_group(kt, kernel.config)
+            reg_feats = feats if per_group is None else kt.features(per_group)
+            hit = (model_input(names, reg_feats),
                    fallback_features(kt, kernel.config, feats), feats, params,
-                   getattr(kt, "family", ""))
+                   getattr(kt, "family", ""), groups)
             if len(self._feature_cache) > 200_000:
                 self._feature_cache.clear()
             self._feature_cache[key] = hit
@@ -421,6 +433,9 @@ class LatencyPredictor:
             col = 1 if key == FALLBACK_KEY else 0
             X = np.vstack([hit[col] for hit in rows])
             batch.hot[key] = self.regressors[key].predict(X)
+            if col == 0 and any(hit[5] != 1 for hit in rows):
+                # grouped convolutions: one group's time, once per group (_one_group)
+                batch.hot[key] = batch.hot[key] * np.array([hit[5] for hit in rows])
             batch.preds[key] = batch.hot[key].tolist()
             batch.hows[key] = "regressor" if key.startswith("type:") else key
         return batch, slots
@@ -434,7 +449,7 @@ class LatencyPredictor:
         PredictorError
             If a kernel's estimate is not a positive finite number.
         """
-        graph = _as_graph(model)
+        graph = self._for_backend(_as_graph(model))
         kernels = self.kernels(graph)
         batch, all_slots = self._estimate([kernels])
         slots = all_slots[0]
@@ -491,7 +506,7 @@ class LatencyPredictor:
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
         one batch per estimator (fast for NAS loops)."""
-        graphs = [_as_graph(g) for g in graphs]
+        graphs = [self._for_backend(_as_graph(g)) for g in graphs]
         # A batch allocates many small, acyclic objects; with the cyclic collector on,
         # its full passes over the caller's graphs cost more than the prediction. It is
         # paused for the batch (nothing created here needs it) and restored after.
@@ -561,6 +576,27 @@ class LatencyPredictor:
                 self.logged_warning = self._mismatch_warning(self._device_check[1])
                 logger.warning("%s", self.logged_warning)
         return self._device_check
+
+
+def _one_group(kt: Any, config: Any) -> tuple[Any, int]:
+    """A grouped convolution (1 < groups < channels) as one of its groups, and the
+    number of groups: ``(config of one group, groups)``, or ``(None, 1)`` for any other
+    kernel.
+
+    The kernel data holds dense convolutions only (the zoo has none with groups), and a
+    dense regressor reads a grouped one as a cheap dense one of the same channels. The
+    runtimes run a grouped convolution as one small dense convolution per group (ORT's
+    MLAS loops over the groups), so one group's predicted time, once per group, stands
+    for it; the fused tail over all channels is the tail over one group's, per group."""
+    g = getattr(config, "groups", 1) or 1
+    if g <= 1 or getattr(kt, "family", "") != "conv":
+        return None, 1
+    cin, cout = getattr(config, "cin", 0), getattr(config, "cout", 0)
+    if not cin or not cout or cin % g or cout % g:
+        return None, 1
+    import dataclasses
+
+    return dataclasses.replace(config, cin=cin // g, cout=cout // g, groups=1), g
 
 
 def _as_graph(model: Any) -> Any:

@@ -127,3 +127,23 @@ class _FakeCtx(_Fake):
 
     def close(self):
         """Nothing to free: no worker process."""
+
+
+def test_measure_runs_the_users_own_file_when_the_backend_takes_its_format(tmp_path):
+    import argparse
+
+    from nnmeter.commands.predict import _measured_source
+
+    onnx_file = tmp_path / "m.onnx"
+    onnx_file.write_bytes(b"x")
+    graph = object()
+    args = argparse.Namespace(model=str(onnx_file), input_shape=[])
+    assert _measured_source(args, graph, "ort-cpu") == (onnx_file, "the model file")
+    # LiteRT takes .tflite: the ONNX model is measured through nnmeter's export
+    model, what = _measured_source(args, graph, "litert-cpu")
+    assert model is graph and "export" in what
+    # --input-shape changes the model: the file as written is not what was predicted
+    args = argparse.Namespace(model=str(onnx_file), input_shape=["1,3,64,64"])
+    assert _measured_source(args, graph, "ort-cpu")[0] is graph
+    args = argparse.Namespace(model=str(tmp_path / "g.json"), input_shape=[])
+    assert _measured_source(args, graph, "ort-cpu")[0] is graph

@@ -8,7 +8,7 @@ import pytest
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.canonical import (
     cancel_transposes, canonicalize, clip_as_relu6, drop_identity, fold_constant_affine,
-    merge_pad_into_conv,
+    for_backend, merge_pad_into_conv,
 )
 
 
@@ -130,10 +130,29 @@ def test_clip_bounds():
 def test_canonicalize_records_notes_and_is_idempotent():
     b = GraphBuilder("m", (1, 8, 8, 8))
     y = b.eltwise_const("mul", b.conv(b.x, 8, name="c"), (1, 8, 1, 1), name="m")
-    g = b.build([b.add("identity", [b.relu(y)], name="i")])
+    g = b.build([b.add("identity", [b.relu(y, name="r")], name="i"), b.relu(y, name="r2")])
+    b2 = GraphBuilder("m", (1, 8, 8, 8))
+    y2 = b2.add("identity", [b2.conv(b2.x, 8, name="c")], name="i")
+    g = b2.build([b2.relu(y2)])
     notes = canonicalize(g)
     assert g.meta["canonical"] == notes and len(notes) == 1
     assert canonicalize(g) == []
+
+
+def test_for_backend_folds_scale_shift_on_ort_and_openvino_only_and_copies():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.eltwise_const("mul", b.conv(b.x, 8, name="c"), (1, 8, 1, 1), name="m")
+    g = b.build([b.relu(y)])
+    for backend in ("mnn-cpu", "litert-cpu"):
+        assert for_backend(g, backend) is g
+    folded = for_backend(g, "ort-cpu")
+    assert folded is not g and _ops(folded) == ["conv", "relu"]
+    assert _ops(g) == ["conv", "mul", "relu"]  # the caller's graph is untouched
+    assert "absorbed" not in g.node("c").meta
+    assert _ops(for_backend(g, "openvino-cpu")) == ["conv", "relu"]
+    plain = GraphBuilder("p", (1, 8, 8, 8))
+    pg = plain.build([plain.relu(plain.conv(plain.x, 8))])
+    assert for_backend(pg, "ort-cpu") is pg
 
 
 def test_onnx_import_folds_a_tensorflow_style_batch_norm(tmp_path):
@@ -158,7 +177,16 @@ def test_onnx_import_folds_a_tensorflow_style_batch_norm(tmp_path):
     p = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), p)
     g = load_model(p)
-    assert _ops(g) == ["conv", "relu"]
-    assert set(g.node("conv").meta["absorbed"]) >= {"mul", "add"}
-    raw = load_model(p, canonical=False)
-    assert "mul" in _ops(raw) and "add" in _ops(raw)
+    assert _ops(g) == ["conv", "mul", "add", "relu"]  # identity gone; ORT-only fold left
+    ort = for_backend(g, "ort-cpu")
+    assert _ops(ort) == ["conv", "relu"]
+    assert set(ort.node("conv").meta["absorbed"]) >= {"mul", "add"}
+    assert for_backend(g, "mnn-cpu") is g
+
+
+def test_scale_shift_after_a_standalone_bn_stays():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.bn(b.relu(b.x, name="r"), name="bn")
+    y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="m")
+    g = b.build([b.relu(y)])
+    assert fold_constant_affine(g) == []

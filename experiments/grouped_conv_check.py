@@ -1,0 +1,94 @@
+"""Grouped convolutions (1 < groups < channels): the dense regressor against one group's
+prediction times the groups, on single-kernel models measured on the backend.
+
+The kernel data holds no grouped convolution (the zoo has none), so this is the
+development check behind ``nnmeter.predictors.model._one_group``: it uses kernels of
+its own, never the real-architecture set that scores the change.
+
+Run (under the measurement lock)::
+
+    flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu
+
+Writes experiments/results/grouped_conv_check_<backend>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+OUT = Path(__file__).resolve().parent / "results"
+
+#: (h, cin=cout, kernel, stride, groups...) shapes of RegNet/ResNeXt/ShuffleNet stages
+SHAPES = [(56, 64, 3, 1, (2, 4, 8, 32)), (56, 128, 3, 2, (4, 16, 32)),
+          (28, 128, 3, 1, (4, 8, 32)), (28, 240, 1, 1, (3,)), (14, 256, 3, 1, (8, 16, 64)),
+          (14, 480, 1, 1, (3,)), (7, 512, 3, 1, (16, 32, 64))]
+
+
+def _graph(h: int, c: int, k: int, s: int, g: int):
+    from nnmeter.ir.builder import GraphBuilder
+
+    b = GraphBuilder(f"gconv_h{h}_c{c}_k{k}_s{s}_g{g}", (1, c, h, h))
+    return b.build([b.relu(b.bn(b.conv(b.x, c, k, s, groups=g, name="conv"), name="bn"),
+                           name="relu")])
+
+
+def main() -> int:
+    import numpy as np
+
+    import nnmeter.predictors.model as model_mod
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors import load_predictor
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="ort-cpu")
+    args = ap.parse_args()
+    graphs = [_graph(h, c, k, s, g) for h, c, k, s, gs in SHAPES for g in gs]
+    pred = load_predictor(args.backend)
+    grouped = [pred.predict(g).total_ms for g in graphs]
+    one_group = model_mod._one_group
+    model_mod._one_group = lambda kt, config: (None, 1)
+    try:
+        dense = [load_predictor(args.backend).__class__(
+            pred.backend_id, pred.rules, pred.regressors, device=pred.device, meta=pred.meta,
+            composition=pred.composition).predict(g).total_ms for g in graphs]
+    finally:
+        model_mod._one_group = one_group
+    rows = []
+    with Profiler(args.backend) as prof:
+        for g, a, b in zip(graphs, dense, grouped):
+            m = prof.measure(g, on_error="record")
+            if not m.ok:
+                print(f"{g.name}: {m.error}")
+                continue
+            rows.append({"model": g.name, "measured_ms": m.latency_ms, "spread": m.spread,
+                         "dense_ms": a, "per_group_ms": b})
+            print(f"{g.name:32s} measured {m.latency_ms:8.3f}  dense {a:8.3f} "
+                  f"({100 * (a / m.latency_ms - 1):+6.1f} %)  per group {b:8.3f} "
+                  f"({100 * (b / m.latency_ms - 1):+6.1f} %)", flush=True)
+    ea = np.array([r["dense_ms"] / r["measured_ms"] - 1 for r in rows])
+    eb = np.array([r["per_group_ms"] / r["measured_ms"] - 1 for r in rows])
+    summary = {"backend": args.backend, "n": len(rows),
+               "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "dense": {"within_10": float(np.mean(np.abs(ea) <= .1)),
+                         "median_error": float(np.median(ea)), "mape": float(np.mean(np.abs(ea)))},
+               "per_group": {"within_10": float(np.mean(np.abs(eb) <= .1)),
+                             "median_error": float(np.median(eb)),
+                             "mape": float(np.mean(np.abs(eb)))}}
+    for k in ("dense", "per_group"):
+        v = summary[k]
+        print(f"{k:10s} within ±10 % {100 * v['within_10']:5.1f} %  median error "
+              f"{100 * v['median_error']:+6.1f} %  MAPE {100 * v['mape']:5.1f} %")
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"grouped_conv_check_{args.backend}.json").write_text(
+        json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Fusion rules read off a runtime's executed graph (a fake runtime that fuses
+conv -> relu only)."""
+
+from __future__ import annotations
+
+from nnmeter.backends.base import ExecutedNode
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.fusion.runtime import case_truth, edges_in_models, kernel_count, runtime_rules
+from nnmeter.fusion.testcases import TestShapes, build_testcases
+from nnmeter.ir.builder import GraphBuilder
+
+
+def fake_profile(graph):
+    """One executed node per op, except that a relu reading a conv runs inside it."""
+    out, host = [], {}
+    for n in graph.topological_nodes():
+        if n.op == "input":
+            continue
+        src = graph.node(n.inputs[0].node)
+        if n.op == "relu" and src.op == "conv" and len(graph.successors(src.name)) == 1:
+            host[n.name] = host.get(src.name, src.name)
+            continue
+        host[n.name] = n.name
+    groups: dict[str, list[str]] = {}
+    for n, h in host.items():
+        groups.setdefault(h, []).append(n)
+    for h, members in groups.items():
+        out.append(ExecutedNode(h, "Node", tuple(members), time_ms=0.01))
+    out.append(ExecutedNode("reorder", "ReorderOutput", (), time_ms=0.001))
+    return out
+
+
+def _model():
+    b = GraphBuilder("m", (1, 8, 8, 8))
+    y = b.relu(b.conv(b.x, 8, name="c1"), name="r1")
+    y = b.relu(b.bn(b.conv(y, 8, name="c2"), name="bn2"), name="r2")
+    y = b.maxpool(y, 2, name="p")
+    return b.build([b.add_(b.conv(y, 8, name="c3"), y, name="add")])
+
+
+def test_edges_count_pairs_whose_producer_heads_its_node():
+    seen = edges_in_models(fake_profile, [_model()])
+    assert seen[("conv", "relu")] == [1, 1]
+    assert seen[("conv", "bn")] == [0, 1]
+    assert seen[("bn", "relu")] == [0, 1]
+    assert seen[("relu", "maxpool")] == [0, 1]
+    assert ("conv", "add") not in seen  # a join of two computed tensors
+
+
+def test_kernel_count_skips_layout_nodes():
+    assert kernel_count(fake_profile(_model())) == 7
+
+
+def test_case_truth_and_runtime_rules():
+    cases = {c.name: c for c in build_testcases(TestShapes())}
+    assert case_truth(fake_profile, cases["conv->relu"])["fused"] is True
+    assert case_truth(fake_profile, cases["conv->bn"])["fused"] is False
+    timed = FusionRules.from_decisions("toy", pairs={("conv", "bn"): True,
+                                                     ("conv", "relu"): False,
+                                                     ("relu", "conv"): True})
+    rules, report = runtime_rules(timed, fake_profile, [_model()])
+    assert rules.fuses("conv", "relu") and not rules.fuses("conv", "bn")
+    assert not rules.fuses("relu", "conv")
+    assert report["conv->relu"]["source"] == "models"
+    assert report["relu->conv"]["source"] in ("models", "test case")
+    assert report["conv->bn"]["timed_fused"] is True and report["conv->bn"]["fused"] is False
+    p = rules.pattern("pair", ("conv", "relu"))
+    assert p.extra["runtime"]["fused_edges"] == 1
