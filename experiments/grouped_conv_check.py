@@ -1,15 +1,19 @@
-"""Grouped convolutions (1 < groups < channels): the dense regressor against one group's
-prediction times the groups, on single-kernel models measured on the backend.
+"""Convolutions the kernel data does not hold, on single-kernel models measured on the
+backend: grouped ones (1 < groups < channels; the dense regressor against one group's
+prediction times the groups) and, with ``--kind asymmetric``, kh x kw kernels (read as
+their first dimension's square kernel, as before, against the square kernel of the same
+area with exact FLOPs).
 
-The kernel data holds no grouped convolution (the zoo has none), so this is the
-development check behind ``nnmeter.predictors.model._one_group``: it uses kernels of
+The zoo has neither, so this is the development check behind
+``nnmeter.predictors.model._one_group`` and ``ConvConfig.kernel_w``: it uses kernels of
 its own, never the real-architecture set that scores the change.
 
 Run (under the measurement lock)::
 
     flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu
+    flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu --kind asymmetric
 
-Writes experiments/results/grouped_conv_check_<backend>.json.
+Writes experiments/results/{grouped,asymmetric}_conv_check_<backend>.json.
 """
 
 from __future__ import annotations
@@ -38,6 +42,55 @@ def _graph(h: int, c: int, k: int, s: int, g: int):
                            name="relu")])
 
 
+#: (h, cin, cout, (kh, kw)) of Inception V3's factorised 7x7 and 3x3 stages
+ASYM = [(17, 128, 128, (1, 7)), (17, 128, 128, (7, 1)), (17, 160, 192, (1, 7)),
+        (17, 192, 192, (7, 1)), (8, 384, 384, (1, 3)), (8, 384, 384, (3, 1)),
+        (8, 448, 384, (3, 1)), (35, 64, 64, (1, 7)), (35, 64, 96, (7, 1))]
+
+
+def _asym_graph(h: int, cin: int, cout: int, k: tuple[int, int], square: bool = False):
+    from nnmeter.ir.builder import GraphBuilder, same_pads
+
+    b = GraphBuilder(f"aconv_h{h}_c{cin}_{cout}_k{k[0]}x{k[1]}", (1, cin, h, h))
+    kk = (k[0], k[0]) if square else k
+    y = b.conv(b.x, cout, kk, 1, pads=same_pads(k), name="conv")
+    return b.build([b.relu(b.bn(y, name="bn"), name="relu")])
+
+
+def asymmetric(args) -> int:
+    import numpy as np
+
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors import load_predictor
+
+    pred = load_predictor(args.backend)
+    rows = []
+    with Profiler(args.backend) as prof:
+        for h, cin, cout, k in ASYM:
+            g = _asym_graph(h, cin, cout, k)
+            after = pred.predict(g).total_ms
+            before = pred.predict(_asym_graph(h, cin, cout, k, square=True)).total_ms
+            m = prof.measure(g, on_error="record")
+            if not m.ok:
+                print(f"{g.name}: {m.error}")
+                continue
+            rows.append({"model": g.name, "measured_ms": m.latency_ms, "spread": m.spread,
+                         "first_dim_square_ms": before, "same_area_ms": after})
+            print(f"{g.name:30s} measured {m.latency_ms:7.3f}  as {k[0]}x{k[0]} {before:7.3f} "
+                  f"({100 * (before / m.latency_ms - 1):+6.1f} %)  same area {after:7.3f} "
+                  f"({100 * (after / m.latency_ms - 1):+6.1f} %)", flush=True)
+    summary = {"backend": args.backend, "n": len(rows)}
+    for key in ("first_dim_square_ms", "same_area_ms"):
+        e = np.array([r[key] / r["measured_ms"] - 1 for r in rows])
+        summary[key] = {"within_10": float(np.mean(np.abs(e) <= .1)),
+                        "median_error": float(np.median(e)), "mape": float(np.mean(np.abs(e)))}
+        print(f"{key:20s} within ±10 % {100 * summary[key]['within_10']:5.1f} %  median error "
+              f"{100 * summary[key]['median_error']:+6.1f} %  MAPE {100 * summary[key]['mape']:5.1f} %")
+    (OUT / f"asymmetric_conv_check_{args.backend}.json").write_text(
+        json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
 def main() -> int:
     import numpy as np
 
@@ -47,7 +100,10 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="ort-cpu")
+    ap.add_argument("--kind", choices=("grouped", "asymmetric"), default="grouped")
     args = ap.parse_args()
+    if args.kind == "asymmetric":
+        return asymmetric(args)
     graphs = [_graph(h, c, k, s, g) for h, c, k, s, gs in SHAPES for g in gs]
     pred = load_predictor(args.backend)
     grouped = [pred.predict(g).total_ms for g in graphs]

@@ -163,19 +163,20 @@ def int_tuple(value: Any, length: int | None = None) -> bool:
     return True
 
 
-def conv_output_hw(h: int, w: int, kernel: int, stride: int,
+def conv_output_hw(h: int, w: int, kernel: int | tuple[int, int], stride: int,
                    pads: Any) -> tuple[int, int] | None:
-    """(H, W) out of a square ``kernel`` convolution; ``pads`` None means 'same'. None
-    when the pads are not four plain ints or the output would be empty (the built
-    graph then raises its own error)."""
+    """(H, W) out of a ``kernel`` convolution (an int: square; or (kh, kw)); ``pads``
+    None means 'same'. None when the pads are not four plain ints or the output would
+    be empty (the built graph then raises its own error)."""
     from nnmeter.ir.builder import same_pads
     from nnmeter.ir.shapes import conv_out_size
 
-    pads = same_pads(kernel) if pads is None else pads
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    pads = same_pads((kh, kw)) if pads is None else pads
     if not int_tuple(pads, 4):
         return None
-    ho = conv_out_size(h, kernel, stride, pads[0], pads[2])
-    wo = conv_out_size(w, kernel, stride, pads[1], pads[3])
+    ho = conv_out_size(h, kh, stride, pads[0], pads[2])
+    wo = conv_out_size(w, kw, stride, pads[1], pads[3])
     return (ho, wo) if ho > 0 and wo > 0 else None
 
 

@@ -38,6 +38,13 @@ class ConvConfig:
     stride: int = 1
     groups: int = 1
     pads: tuple[int, int, int, int] | None = None
+    #: the kernel's width when it differs from its height (``kernel``): Inception's
+    #: 1x7 and 7x1; None for a square kernel
+    kernel_w: int | None = None
+
+    @property
+    def kernel_hw(self) -> tuple[int, int]:
+        return (self.kernel, self.kernel if self.kernel_w is None else self.kernel_w)
 
 
 class ConvKernel(TailKernelType):
@@ -49,32 +56,38 @@ class ConvKernel(TailKernelType):
         _, cin, h, w = head.input_shape
         a = head.attrs
         pads = tuple(a.pads)
-        return ConvConfig(h=h, w=w, cin=cin, cout=a.out_channels, kernel=a.kernel[0],
+        kh, kw = a.kernel
+        return ConvConfig(h=h, w=w, cin=cin, cout=a.out_channels, kernel=kh,
                           stride=a.stride[0], groups=a.groups,
-                          pads=None if pads == same_pads(a.kernel) else pads)
+                          pads=None if pads == same_pads(a.kernel) else pads,
+                          kernel_w=None if kw == kh else kw)
 
     def head_features(self, config: ConvConfig) -> list[float]:
-        return [config.h, config.w, config.cin, config.cout, config.kernel, config.stride]
+        # a kh x kw kernel reads as the square one of the same area (its FLOPs, params
+        # and bytes features are exact)
+        kh, kw = config.kernel_hw
+        k = kh if kh == kw else (kh * kw) ** 0.5
+        return [config.h, config.w, config.cin, config.cout, k, config.stride]
 
     def input_shape(self, config: ConvConfig) -> tuple[int, ...]:
         return (1, config.cin, config.h, config.w)
 
     def head_cost(self, config: ConvConfig) -> HeadCost | None:
         c = config
-        k = c.kernel
-        if not positive_ints(c.h, c.w, c.cin, c.cout, k, c.stride, c.groups) or \
+        kh, kw = c.kernel_hw
+        if not positive_ints(c.h, c.w, c.cin, c.cout, kh, kw, c.stride, c.groups) or \
                 c.cin % c.groups:
             return None
-        out = conv_output_hw(c.h, c.w, k, c.stride, c.pads)
+        out = conv_output_hw(c.h, c.w, (kh, kw), c.stride, c.pads)
         if out is None:
             return None
         ho, wo = out
-        weights = c.cout * (c.cin // c.groups) * k * k
+        weights = c.cout * (c.cin // c.groups) * kh * kw
         params = weights + c.cout  # with bias
         return 2 * weights * ho * wo, params, params, c.cin * c.h * c.w, (1, c.cout, ho, wo)
 
     def build_head(self, b: GraphBuilder, config: ConvConfig) -> Ref:
-        return b.conv(b.x, config.cout, config.kernel, config.stride, groups=config.groups,
+        return b.conv(b.x, config.cout, config.kernel_hw, config.stride, groups=config.groups,
                       pads=config.pads, name="conv")
 
 

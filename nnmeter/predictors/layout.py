@@ -69,10 +69,11 @@ TRANSPARENT_TYPES = frozenset({"relu", "hswish", "hsigmoid", "sigmoid", "gelu", 
 #: kernel families ORT may run in the blocked layout
 BLOCKED_FAMILIES = ("conv", "dwconv", "pool")
 
-def _out_hw(h: int, w: int, k: int, s: int, pads: Any) -> tuple[int, int]:
+def _out_hw(h: int, w: int, k: int, s: int, pads: Any, kw: int | None = None) -> tuple[int, int]:
     if pads is None:
         return -(-h // s), -(-w // s)
-    return (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - k) // s + 1
+    kw = k if kw is None else kw
+    return (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - kw) // s + 1
 
 
 def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, int]:
@@ -103,7 +104,7 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
         if cin % groups or cout % groups or (cin // groups) % block or (cout // groups) % block:
             return 0, 0
     ho, wo = _out_hw(int(config.h), int(config.w), int(config.kernel), int(config.stride),
-                     getattr(config, "pads", None))
+                     getattr(config, "pads", None), getattr(config, "kernel_w", None))
     n_in = 0 if reads_nchw else cin * int(config.h) * int(config.w)
     return n_in, cout * ho * wo
 

@@ -204,3 +204,15 @@ def test_a_conv_whose_exporter_folded_the_bn_uses_the_conv_bn_regressor(predicto
     apart = LatencyPredictor("ort-cpu", FusionRules.from_decisions("ort-cpu"),
                              predictor.regressors, meta=predictor.meta)
     assert apart.regressor_type("conv-relu") == "conv-relu"
+
+
+def test_a_grouped_conv_is_one_groups_conv_once_per_group(predictor):
+    b = GraphBuilder("grouped", (1, 32, 28, 28))
+    g = b.build([b.relu(b.bn(b.conv(b.x, 64, groups=4)))])
+    one = GraphBuilder("one", (1, 8, 28, 28))
+    g1 = one.build([one.relu(one.bn(one.conv(one.x, 16)))])
+    grouped, single = predictor.predict(g).rows[0], predictor.predict(g1).rows[0]
+    assert grouped.type == single.type == "conv-bn-relu"
+    assert math.isclose(grouped.base_ms, 4 * single.base_ms, rel_tol=1e-9)
+    # the row keeps the grouped kernel's own features (its real FLOPs)
+    assert grouped.features != single.features
