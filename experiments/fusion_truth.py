@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nnmeter.backends import Profiler  # noqa: E402
-from nnmeter.fusion.runtime import kernel_count, separate_roles  # noqa: E402
+from nnmeter.fusion.runtime import covers_fused, kernel_count, separate_roles  # noqa: E402
 from nnmeter.fusion import TestShapes, build_testcases, load_rules  # noqa: E402
 from nnmeter.fusion.testcases import graph_signature  # noqa: E402
 from nnmeter.kernels import kernel_type_of  # noqa: E402
@@ -68,22 +68,8 @@ def ir_names(covers, names: set[str]) -> set[str]:
     return out
 
 
-def truth_of(case, executed) -> bool:
-    g = case.models["block"]
-    names = {n.name for n in g.topological_nodes() if n.op != "input"}
-    groups = [ir_names(e.covers, names) for e in executed]
-    if case.kind == "pair":
-        if not all(any(op in s for s in groups) for op in ("op1", "op2")):
-            # an op no executed node covers was absorbed into another node (a reshape
-            # elided, OpenVINO's swish folded into the convolution without a trace in
-            # its names); the kernel count tells an absorbed op from a mis-mapped one
-            return True
-        return any({"op1", "op2"} <= s for s in groups)
-    if case.kind == "multi_output":
-        return any("op1" in s and s & {"op2", "op3"} for s in groups)
-    if case.kind == "multi_input":
-        return any("op3" in s and s & {"op1", "op2"} for s in groups)
-    return any(len(s) >= 2 for s in groups)
+#: one executed node covers ops of both sides (the library's definition)
+truth_of = covers_fused
 
 
 def truth_by_kernels(case, counts: dict[str, int]) -> bool:
