@@ -37,6 +37,18 @@ class PoolConfig:
     stride: int = 2
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
     ceil_mode: bool = False
+    #: the window's width and stride along W when they differ from ``kernel`` and
+    #: ``stride`` (a 2x1 pooling); None for a square window
+    kernel_w: int | None = None
+    stride_w: int | None = None
+
+    @property
+    def kernel_hw(self) -> tuple[int, int]:
+        return (self.kernel, self.kernel if self.kernel_w is None else self.kernel_w)
+
+    @property
+    def stride_hw(self) -> tuple[int, int]:
+        return (self.stride, self.stride if self.stride_w is None else self.stride_w)
 
 
 class PoolKernel(KernelType):
@@ -52,34 +64,39 @@ class PoolKernel(KernelType):
         node = next(n for n in topo_nodes(graph, names) if n.op == self.op)
         _, c, h, w = node.input_shape
         a = node.attrs
-        return PoolConfig(h=h, w=w, cin=c, kernel=a.kernel[0], stride=a.stride[0],
-                          pads=tuple(a.pads), ceil_mode=a.ceil_mode)
+        (kh, kw), (sh, sw) = a.kernel, a.stride
+        return PoolConfig(h=h, w=w, cin=c, kernel=kh, stride=sh,
+                          pads=tuple(a.pads), ceil_mode=a.ceil_mode,
+                          kernel_w=None if kw == kh else kw, stride_w=None if sw == sh else sw)
 
     def _features(self, config: PoolConfig) -> list[float]:
         cost = self.cost(config)
-        return [config.h, config.w, config.cin, config.kernel, config.stride,
-                cost.flops, cost.memory_bytes]
+        # a kh x kw window reads as the square one of the same area (FLOPs and bytes exact)
+        (kh, kw), (sh, sw) = config.kernel_hw, config.stride_hw
+        k = kh if kh == kw else (kh * kw) ** 0.5
+        st = sh if sh == sw else (sh * sw) ** 0.5
+        return [config.h, config.w, config.cin, k, st, cost.flops, cost.memory_bytes]
 
     def analytic_cost(self, config: PoolConfig) -> KernelCost | None:
         c = config
-        k = c.kernel
-        if not (positive_ints(c.h, c.w, c.cin, k, c.stride) and int_tuple(c.pads, 4)
+        (kh, kw), (sh, sw) = c.kernel_hw, c.stride_hw
+        if not (positive_ints(c.h, c.w, c.cin, kh, kw, sh, sw) and int_tuple(c.pads, 4)
                 and type(c.ceil_mode) is bool):
             return None
-        ho = pool_out_size(c.h, k, c.stride, c.pads[0], c.pads[2], c.ceil_mode)
-        wo = pool_out_size(c.w, k, c.stride, c.pads[1], c.pads[3], c.ceil_mode)
+        ho = pool_out_size(c.h, kh, sh, c.pads[0], c.pads[2], c.ceil_mode)
+        wo = pool_out_size(c.w, kw, sw, c.pads[1], c.pads[3], c.ceil_mode)
         if ho <= 0 or wo <= 0:
             return None  # the graph path raises its ShapeInferenceError
         out = c.cin * ho * wo
         # one FLOP per window element; the average also divides once per output
-        flops = out * k * k + (out if self.op == "avgpool" else 0)
+        flops = out * kh * kw + (out if self.op == "avgpool" else 0)
         return KernelCost(flops=flops, params=0,
                           memory_bytes=(c.cin * c.h * c.w + out) * BUILT_BYTES_PER_ELEMENT)
 
     def build_graph(self, config: PoolConfig, *, validate: bool = True) -> ModelGraph:
         b = GraphBuilder(self.name, (1, config.cin, config.h, config.w))
         pool = b.maxpool if self.op == "maxpool" else b.avgpool
-        return b.build([pool(b.x, config.kernel, config.stride, pads=config.pads,
+        return b.build([pool(b.x, config.kernel_hw, config.stride_hw, pads=config.pads,
                              ceil_mode=config.ceil_mode, name=self.op)], validate=validate)
 
 

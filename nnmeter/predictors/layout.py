@@ -69,11 +69,13 @@ TRANSPARENT_TYPES = frozenset({"relu", "hswish", "hsigmoid", "sigmoid", "gelu", 
 #: kernel families ORT may run in the blocked layout
 BLOCKED_FAMILIES = ("conv", "dwconv", "pool")
 
-def _out_hw(h: int, w: int, k: int, s: int, pads: Any, kw: int | None = None) -> tuple[int, int]:
-    if pads is None:
-        return -(-h // s), -(-w // s)
+def _out_hw(h: int, w: int, k: int, s: int, pads: Any, kw: int | None = None,
+            sw: int | None = None) -> tuple[int, int]:
     kw = k if kw is None else kw
-    return (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - kw) // s + 1
+    sw = s if sw is None else sw
+    if pads is None:
+        return -(-h // s), -(-w // sw)
+    return (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - kw) // sw + 1
 
 
 def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, int]:
@@ -87,7 +89,8 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
         if cin % block:
             return 0, 0
         ho, wo = _out_hw(int(config.h), int(config.w), int(config.kernel),
-                         int(config.stride), getattr(config, "pads", None))
+                         int(config.stride), getattr(config, "pads", None),
+                         getattr(config, "kernel_w", None), getattr(config, "stride_w", None))
         return cin * int(config.h) * int(config.w), cin * ho * wo
     cout = int(getattr(config, "cout", cin))
     groups = int(getattr(config, "groups", 1)) if family == "conv" else cin

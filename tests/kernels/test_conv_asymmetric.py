@@ -30,3 +30,17 @@ def test_square_kernel_config_is_unchanged():
     g = b.build([b.conv(b.x, 16, 3, name="c")])
     (k,) = partition(g, FusionRules.from_decisions("toy"))
     assert k.config.kernel_w is None and k.config.kernel_hw == (3, 3)
+
+
+def test_a_2x1_pooling_is_not_a_2x2_one_and_works_on_a_one_column_input():
+    b = GraphBuilder("m", (1, 8, 4, 1))
+    g = b.build([b.maxpool(b.x, (2, 1), (2, 1), name="p")])
+    (k,) = partition(g, FusionRules.from_decisions("toy"))
+    cfg = k.config
+    assert cfg.kernel_hw == (2, 1) and cfg.stride_hw == (2, 1)
+    kt = k.kernel_type
+    assert kt.cost(cfg).flops == g.cost().flops == 8 * 2 * 1 * 2
+    rebuilt = kt.build_graph(cfg)
+    assert rebuilt.node("maxpool").output_shape == (1, 8, 2, 1)
+    feats = dict(zip(kt.feature_names, kt.features(cfg)))
+    assert math.isclose(feats["K"], math.sqrt(2)) and math.isclose(feats["S"], math.sqrt(2))
