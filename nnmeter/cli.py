@@ -54,6 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of a closed
+    pipe raises nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -72,7 +84,20 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         for line in msg[1:6]:
             print(f"  {line}", file=sys.stderr)
+        if getattr(args, "json", False):
+            # a script reading stdout gets the error as JSON too
+            import json
+
+            try:
+                print(json.dumps({"error": str(err).strip(), "kind": type(err).__name__,
+                                  "command": args.command}))
+            except BrokenPipeError:
+                _quiet_stdout()
         return 2
+    except BrokenPipeError:
+        # the reader stopped (``nnmeter ... --json | head``): not an error of ours
+        _quiet_stdout()
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

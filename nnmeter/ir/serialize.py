@@ -97,7 +97,9 @@ def to_json(graph: ModelGraph, path: str | os.PathLike | None = None, *,
 def from_json(text_or_path: str | os.PathLike) -> ModelGraph:
     """Read a graph from a JSON string or a path to a JSON file."""
     text = str(text_or_path)
+    where = "graph JSON"
     if not text.lstrip().startswith("{"):
+        where = str(text_or_path)
         try:
             with open(text, encoding="utf-8") as fh:
                 text = fh.read()
@@ -106,5 +108,9 @@ def from_json(text_or_path: str | os.PathLike) -> ModelGraph:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ModelLoadError(f"not valid JSON: {err}") from err
+        raise ModelLoadError(f"{where} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ModelLoadError(
+            f"{where} holds a JSON {type(data).__name__}, not a graph object; write it with "
+            f"`nnmeter ir MODEL --json` or ModelGraph.to_json()")
     return from_dict(data)

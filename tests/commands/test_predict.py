@@ -147,3 +147,29 @@ def test_measure_runs_the_users_own_file_when_the_backend_takes_its_format(tmp_p
     assert _measured_source(args, graph, "ort-cpu")[0] is graph
     args = argparse.Namespace(model=str(tmp_path / "g.json"), input_shape=[])
     assert _measured_source(args, graph, "ort-cpu")[0] is graph
+
+
+def test_json_errors_reach_stdout_as_json_and_a_list_is_not_a_graph(tmp_path, capsys):
+    bad = tmp_path / "list.json"
+    bad.write_text("[1, 2]")
+    assert cli.main(["predict", str(bad), "--backend", "ort-cpu", "--json"]) == 2
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["kind"] == "ModelLoadError" and "list.json" in out["error"]
+    assert "not a graph object" in captured.err
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch):
+    import nnmeter.cli as cli_mod
+
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    quieted = []
+    monkeypatch.setattr(cli_mod, "_quiet_stdout", lambda: quieted.append(True))
+    parser = cli_mod.build_parser()
+    args = parser.parse_args(["devices", "--json"])
+    monkeypatch.setattr(cli_mod, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
+    args.func = closed
+    assert cli_mod.main(["devices", "--json"]) == 0 and quieted == [True]
