@@ -54,6 +54,10 @@ class KernelData:
                           self.y[idx], self.fb[idx], [self.origins[i] for i in idx])
 
 
+#: no single kernel measured here takes 100 s; a larger "latency" is a corrupt row
+MAX_KERNEL_MS = 1e5
+
+
 def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | None:
     """Rows of ``kernel_type`` with valid latencies; ``X`` is the regressor input
     (:func:`~nnmeter.predictors.features.model_input` of the recomputed features)."""
@@ -66,9 +70,14 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
                        dataset.directory, kernel_type)
         return None
     configs, X, y, fb, origins = [], [], [], [], []
+    bad = 0
     for row in dataset.rows(kernel_type):
         lat = row.get("latency_ms")
-        if lat is None or not math.isfinite(lat) or lat <= 0:
+        if lat is None:
+            continue  # a failed measurement, recorded as such
+        if (isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat)
+                or not 0 < lat < MAX_KERNEL_MS):
+            bad += 1
             continue
         try:
             cfg = kt.config_from_dict(row["config"])
@@ -81,6 +90,9 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
         fb.append(fallback_features(kt, cfg, feats))
         y.append(float(lat))
         origins.append(str(row.get("origin", "initial")))
+    if bad:
+        logger.warning("%s: %d row(s) skipped, their latency_ms is not a number of "
+                       "milliseconds in (0, %g)", dataset.path(kernel_type), bad, MAX_KERNEL_MS)
     if not y:
         return None
     return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
