@@ -51,21 +51,13 @@ from nnmeter.fusion.runtime import covers_fused, kernel_count, separate_roles  #
 from nnmeter.fusion import TestShapes, build_testcases, load_rules  # noqa: E402
 from nnmeter.fusion.testcases import graph_signature  # noqa: E402
 from nnmeter.kernels import kernel_type_of  # noqa: E402
+from nnmeter.partition.truth import ir_set  # noqa: E402
 
 
 def ir_names(covers, names: set[str]) -> set[str]:
     """Map runtime-reported original node names back to IR node names (prefix match
     for IR ops that export to several nodes)."""
-    out = set()
-    for c in covers:
-        if c in names:
-            out.add(c)
-            continue
-        best = max((n for n in names if c.startswith(n) and c[len(n):len(n) + 1] in "_/:."),
-                   key=len, default=None)
-        if best:
-            out.add(best)
-    return out
+    return set(ir_set(covers, {n: n for n in names}))
 
 
 #: one executed node covers ops of both sides (the library's definition)

@@ -57,9 +57,22 @@ def _asym_graph(h: int, cin: int, cout: int, k: tuple[int, int], square: bool = 
     return b.build([b.relu(b.bn(y, name="bn"), name="relu")])
 
 
-def asymmetric(args) -> int:
+def _summary(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    """Per predicted column: within ±10 %, median error and MAPE against the measured
+    time, printed and returned."""
     import numpy as np
 
+    out = {}
+    for key in keys:
+        e = np.array([r[key] / r["measured_ms"] - 1 for r in rows])
+        out[key] = {"within_10": float(np.mean(np.abs(e) <= .1)),
+                    "median_error": float(np.median(e)), "mape": float(np.mean(np.abs(e)))}
+        print(f"{key:20s} within ±10 % {100 * out[key]['within_10']:5.1f} %  median error "
+              f"{100 * out[key]['median_error']:+6.1f} %  MAPE {100 * out[key]['mape']:5.1f} %")
+    return out
+
+
+def asymmetric(args) -> int:
     from nnmeter.backends import Profiler
     from nnmeter.predictors import load_predictor
 
@@ -79,21 +92,14 @@ def asymmetric(args) -> int:
             print(f"{g.name:30s} measured {m.latency_ms:7.3f}  as {k[0]}x{k[0]} {before:7.3f} "
                   f"({100 * (before / m.latency_ms - 1):+6.1f} %)  same area {after:7.3f} "
                   f"({100 * (after / m.latency_ms - 1):+6.1f} %)", flush=True)
-    summary = {"backend": args.backend, "n": len(rows)}
-    for key in ("first_dim_square_ms", "same_area_ms"):
-        e = np.array([r[key] / r["measured_ms"] - 1 for r in rows])
-        summary[key] = {"within_10": float(np.mean(np.abs(e) <= .1)),
-                        "median_error": float(np.median(e)), "mape": float(np.mean(np.abs(e)))}
-        print(f"{key:20s} within ±10 % {100 * summary[key]['within_10']:5.1f} %  median error "
-              f"{100 * summary[key]['median_error']:+6.1f} %  MAPE {100 * summary[key]['mape']:5.1f} %")
+    summary = {"backend": args.backend, "n": len(rows),
+               **_summary(rows, ("first_dim_square_ms", "same_area_ms"))}
     (OUT / f"asymmetric_conv_check_{args.backend}.json").write_text(
         json.dumps({"summary": summary, "rows": rows}, indent=1))
     return 0
 
 
 def main() -> int:
-    import numpy as np
-
     import nnmeter.predictors.model as model_mod
     from nnmeter.backends import Profiler
     from nnmeter.predictors import load_predictor
@@ -127,19 +133,9 @@ def main() -> int:
             print(f"{g.name:32s} measured {m.latency_ms:8.3f}  dense {a:8.3f} "
                   f"({100 * (a / m.latency_ms - 1):+6.1f} %)  per group {b:8.3f} "
                   f"({100 * (b / m.latency_ms - 1):+6.1f} %)", flush=True)
-    ea = np.array([r["dense_ms"] / r["measured_ms"] - 1 for r in rows])
-    eb = np.array([r["per_group_ms"] / r["measured_ms"] - 1 for r in rows])
     summary = {"backend": args.backend, "n": len(rows),
                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "dense": {"within_10": float(np.mean(np.abs(ea) <= .1)),
-                         "median_error": float(np.median(ea)), "mape": float(np.mean(np.abs(ea)))},
-               "per_group": {"within_10": float(np.mean(np.abs(eb) <= .1)),
-                             "median_error": float(np.median(eb)),
-                             "mape": float(np.mean(np.abs(eb)))}}
-    for k in ("dense", "per_group"):
-        v = summary[k]
-        print(f"{k:10s} within ±10 % {100 * v['within_10']:5.1f} %  median error "
-              f"{100 * v['median_error']:+6.1f} %  MAPE {100 * v['mape']:5.1f} %")
+               **_summary(rows, ("dense_ms", "per_group_ms"))}
     OUT.mkdir(exist_ok=True)
     (OUT / f"grouped_conv_check_{args.backend}.json").write_text(
         json.dumps({"summary": summary, "rows": rows}, indent=1))

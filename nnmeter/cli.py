@@ -57,13 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's final flush of a closed
     pipe raises nothing."""
+    import contextlib
     import os
 
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError):  # no stdout to point anywhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:

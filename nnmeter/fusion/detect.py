@@ -46,6 +46,7 @@ from typing import Any
 
 from nnmeter.errors import BackendError, MeasurementError
 from nnmeter.fusion.decision import PairDecision, Timing, decide_case, decide_pair, split_tie
+from nnmeter.fusion.joins import is_conv_add_join, join_operand_from_runtime, with_join_operand
 from nnmeter.fusion.probes import (
     EDGE_CONVERSION_OPS, EDGE_PROFILE_RUNS, ProbingStore, case_shares, edge_share,
     input_probe_model, measure_overhead, model_handoff, null_model, passthrough_model,
@@ -187,10 +188,7 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
                 logger.warning("%s: %s", case.name, err)
                 failed.append({"name": case.name, "error": str(err)[:500]})
         joins = None
-        if profile is not None and any(p.kind == "multi_input" and p.ops[0] == "conv"
-                                       and p.ops[-1] == "add" for p in patterns):
-            from nnmeter.fusion.joins import join_operand_from_runtime
-
+        if profile is not None and any(is_conv_add_join(p) for p in patterns):
             try:
                 joins = join_operand_from_runtime(prof)
             except (BackendError, MeasurementError) as err:
@@ -209,8 +207,6 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     if joins is not None:
-        from nnmeter.fusion.joins import with_join_operand
-
         rules = with_join_operand(rules, joins)
     data = rules.to_dict()
     data["failed"] = failed

@@ -31,7 +31,13 @@ from typing import Any
 from nnmeter.fusion.rules import FusionRules, Pattern
 
 __all__ = ["probe_graphs", "join_operand_from_runtime", "with_join_operand",
-           "update_rules_file"]
+           "update_rules_file", "is_conv_add_join"]
+
+
+def is_conv_add_join(p: Pattern) -> bool:
+    """The two-branch pattern of convolutions joined by an add, where the answer lives."""
+    return p.kind == "multi_input" and bool(p.ops) and p.ops[0] == "conv" \
+        and p.ops[-1] == "add"
 
 
 def probe_graphs(c: int = 16, hw: int = 14) -> dict[str, Any]:
@@ -82,7 +88,7 @@ def with_join_operand(rules: FusionRules, result: dict[str, Any]) -> FusionRules
     pats = list(rules.patterns)
     extra = {"operand": result.get("operand"), "operand_evidence": result.get("evidence")}
     for i, p in enumerate(pats):
-        if p.kind == "multi_input" and tuple(p.ops[-1:]) == ("add",) and p.ops[0] == "conv":
+        if is_conv_add_join(p):
             pats[i] = dataclasses.replace(p, extra={**p.extra, **extra})
             break
     else:

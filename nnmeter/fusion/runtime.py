@@ -53,12 +53,12 @@ def kernel_count(executed: Sequence[Any]) -> int:
 
 
 def _groups(graph: Any, executed: Sequence[Any]) -> dict[str, int]:
-    from nnmeter.partition.truth import _ir_set, ir_name_map
+    from nnmeter.partition.truth import ir_set, ir_name_map
 
     names = ir_name_map(graph)
     group: dict[str, int] = {}
     for i, e in enumerate(executed):
-        for n in _ir_set(e.covers, names):
+        for n in ir_set(e.covers, names):
             group.setdefault(n, i)
     return group
 
@@ -110,10 +110,10 @@ def separate_roles(case: Any) -> list[str]:
 def covers_fused(case: Any, executed: Sequence[Any]) -> bool:
     """One executed node covers ops of both sides of the pattern (pair: or one op
     left no trace, absorbed into another node)."""
-    from nnmeter.partition.truth import _ir_set, ir_name_map
+    from nnmeter.partition.truth import ir_set, ir_name_map
 
     names = ir_name_map(case.models["block"])
-    groups = [_ir_set(e.covers, names) for e in executed]
+    groups = [ir_set(e.covers, names) for e in executed]
     if case.kind == "pair":
         if not all(any(op in s for s in groups) for op in ("op1", "op2")):
             return True  # one op absorbed into another node without a trace in its names

@@ -30,7 +30,8 @@ from typing import Any
 
 from nnmeter.ir.graph import ModelGraph
 
-__all__ = ["GroupingComparison", "compare_with_runtime", "ir_name_map", "merge_absorbed"]
+__all__ = ["GroupingComparison", "compare_with_runtime", "ir_name_map", "ir_set",
+           "merge_absorbed"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,9 @@ def ir_name_map(graph: ModelGraph) -> dict[str, str]:
     return out
 
 
-def _ir_set(covers: Iterable[str], names: dict[str, str]) -> frozenset[str]:
+def ir_set(covers: Iterable[str], names: dict[str, str]) -> frozenset[str]:
+    """The IR nodes that runtime-reported source names ``covers`` stand for, through
+    ``names`` (:func:`ir_name_map`)."""
     out = set()
     for c in covers:
         hit = names.get(c)
@@ -137,7 +140,7 @@ def compare_with_runtime(graph: ModelGraph, kernels: Sequence[Any],
     if absorbed:
         kernels = merge_absorbed(kernels, absorbed)
     names = ir_name_map(graph)
-    groups = [(e, _ir_set(e.covers, names)) for e in executed]
+    groups = [(e, ir_set(e.covers, names)) for e in executed]
     compute = [(e, s) for e, s in groups if s]
     kernel_sets = {frozenset(k.nodes): k for k in kernels}
     runtime_sets = {s for _, s in compute}

@@ -270,8 +270,10 @@ class LatencyPredictor:
         """True when a family regressor estimated a type that has data of its own: the
         family won on the type's held-out rows (``choose_regressors``), so the kernel
         is covered, not a gap in the data."""
-        if not how.startswith("family:"):
-            return False
+        return how.startswith("family:") and self._enough_rows(ktype_name)
+
+    def _enough_rows(self, ktype_name: str) -> bool:
+        """The type has the rows a regressor of its own needs (``min_type_samples``)."""
         least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
         return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
 
@@ -287,10 +289,7 @@ class LatencyPredictor:
     def _has_data(self, ktype_name: str) -> bool:
         """A regressor of its own, or enough rows that its family regressor was chosen
         for it on its own held-out rows."""
-        if f"type:{ktype_name}" in self.regressors:
-            return True
-        least = int(self.meta.get("settings", {}).get("min_type_samples", 30))
-        return int(self.meta.get("samples", {}).get(ktype_name, 0)) >= least
+        return f"type:{ktype_name}" in self.regressors or self._enough_rows(ktype_name)
 
     def regressor_type(self, ktype_name: str) -> str:
         """The kernel type whose regressor predicts ``ktype_name``: itself, or, when it
