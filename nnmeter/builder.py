@@ -296,7 +296,9 @@ def _record_prior(path: Path, weights: dict[str, float], priors: dict[str, Any],
             old.setdefault("restricted_runs", []).append(
                 {"kernels": sorted(kernels), "weights": weights})
             record = old
-    path.write_text(json.dumps(record, default=str))
+    from nnmeter.predictors.store import write_atomic
+
+    write_atomic(path, json.dumps(record, default=str).encode())
 
 
 def _record_state(path: Path) -> str:
@@ -916,6 +918,7 @@ def train_and_cache(backend_id: str, dataset: KernelDataset, *, settings: BuildS
     from nnmeter.predictors import load_predictor
     from nnmeter.predictors.train import choose_regressors
 
+    logger.info("training: choosing each kernel type's regressor, then fitting")
     choose_regressors(dataset, seed=settings.seed)
     load_predictor(backend_id, dataset=settings.dataset, root=root)
 

@@ -283,6 +283,35 @@ class Measurement:
                    ok=False, error=error, extra={"error_kind": kind, **extra},
                    backend_id=backend_id, model=model)
 
+    def quality_warnings(self, *, spread_limit: float = 0.10) -> list[str]:
+        """What makes this measurement doubtful, one sentence each: a spread between
+        rounds over ``spread_limit``, many preempted runs, no quiet round, a machine
+        that changed speed, a wait for (or a timeout on) the machine's timing lock."""
+        if not self.ok:
+            return []
+        ex, out = self.extra, []
+        if math.isfinite(self.spread) and self.spread > spread_limit:
+            out.append(f"the measured rounds spread {self.spread:.0%} (over "
+                       f"{spread_limit:.0%}): the machine was busy; re-measure when it is "
+                       f"quiet")
+        total, dirty = ex.get("total_runs") or 0, ex.get("dirty_runs") or 0
+        if total and dirty / total > 0.2:
+            out.append(f"{dirty} of {total} timed runs were preempted (another process "
+                       f"shared the core)")
+        if ex.get("quiet") is False:
+            out.append("no quiet round: every round was preempted, so all were used")
+        if ex.get("drift_flag"):
+            out.append(f"the machine changed speed during the job (calibration moved "
+                       f"{ex.get('drift', 0):.0%})")
+        if ex.get("timing_lock") == "timeout":
+            out.append(f"another nnmeter job held the machine's timing lock for "
+                       f"{ex.get('lock_wait_ms', 0) / 1000:.0f} s; measured anyway, so the "
+                       f"two may have timed each other")
+        elif (ex.get("lock_wait_ms") or 0) > 1000:
+            out.append(f"waited {ex['lock_wait_ms'] / 1000:.1f} s for another nnmeter "
+                       f"measurement on this machine to finish")
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (NaN becomes None)."""
         return {

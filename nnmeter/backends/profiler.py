@@ -28,6 +28,7 @@ from typing import Any
 
 from nnmeter.backends.base import DeviceInfo, ExecutedNode, Measurement, parse_backend_id
 from nnmeter.backends.protocol import Job, ProtocolSettings
+from nnmeter.backends.timing_lock import timing_lock
 from nnmeter.errors import BackendError, BackendUnavailableError, MeasurementError
 
 __all__ = ["Profiler", "resolve_model", "default_core"]
@@ -254,23 +255,30 @@ class Profiler:
         msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict()}
         if _hook:
             msg["hook"] = _hook
-        reply, why = self._request(msg, job.protocol.timeout_s)
+        if not self._alive():  # start the worker (and its imports) before the queue
+            self._start()
+        with timing_lock() as lock:
+            t0 = time.perf_counter()  # the job's own time, not the wait for the machine
+            reply, why = self._request(msg, job.protocol.timeout_s)
         wall_ms = (time.perf_counter() - t0) * 1000
         if reply is None:
             kind, _, text = why.partition(": ")
             return Measurement.failed(text, kind=kind, backend_id=self.backend_id,
-                                      model=job.model, device=self.device, job_wall_ms=wall_ms)
+                                      model=job.model, device=self.device, job_wall_ms=wall_ms,
+                                      **lock.as_extra())
         if not reply.get("ok"):
             err = str(reply.get("error"))
             if on_error == "raise" and reply.get("error_kind") in ("compile", "run"):
                 raise BackendError(err)
             return Measurement.failed(err, kind=str(reply.get("error_kind", "run")),
                                       backend_id=self.backend_id, model=job.model,
-                                      device=self.device, job_wall_ms=wall_ms)
+                                      device=self.device, job_wall_ms=wall_ms,
+                                      **lock.as_extra())
         d = reply["measurement"]
         d["extra"]["job_wall_ms"] = wall_ms
         d["extra"]["overhead_ms"] = wall_ms - d["extra"].get("timed_ms", 0.0)
         d["extra"]["worker_restarts"] = self.restarts
+        d["extra"].update(lock.as_extra())
         return Measurement.from_dict(d)
 
     def measure(self, model: Any, *, on_error: str = "record", _hook: str | None = None,
@@ -311,8 +319,11 @@ class Profiler:
         job = Job(model=str(path), backend_id=self.backend_id, protocol=self.protocol,
                   kind="profile", profile_runs=runs)
         try:
-            reply, why = self._request({"cmd": "profile", "job": job.as_dict()},
-                                       timeout_s or self.protocol.timeout_s)
+            if not self._alive():
+                self._start()
+            with timing_lock():
+                reply, why = self._request({"cmd": "profile", "job": job.as_dict()},
+                                           timeout_s or self.protocol.timeout_s)
         finally:
             self._discard(path)
         if reply is None:

@@ -62,13 +62,14 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     overrides = {"runs": args.runs, "rounds": args.rounds, "timeout_s": args.timeout}
     with Profiler(args.backend, core=None if args.no_pin else "auto") as prof:
         m = prof.measure(args.model, on_error="raise", **overrides)
+    warnings = m.quality_warnings()
     if args.json:
-        emit_json(m.as_dict())
-        return 0 if m.ok else 1
+        emit_json({**m.as_dict(), "warnings": warnings})
+        return 0 if m.ok else 2
     if not m.ok:
         print(f"nnmeter measure: measurement failed ({m.extra.get('error_kind')}): {m.error}",
               file=sys.stderr)
-        return 1
+        return 2
     ex = m.extra
     print(f"{m.model} on {m.backend_id}")
     print_table(["statistic", "ms"], [
@@ -81,6 +82,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     if d is not None:
         print(f"device {d.fingerprint_id}: {d.cpu_model}, {d.cores} cores, {d.runtime} "
               f"{d.runtime_version}, {d.settings}")
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     return 0
 
 

@@ -113,7 +113,6 @@ def run_detect(args: argparse.Namespace) -> int:
 def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
     import functools
     import json
-    import os
     import time
     from pathlib import Path
 
@@ -141,10 +140,9 @@ def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
         "sources": {src: sum(r["source"] == src for r in report.values())
                     for src in sorted({r["source"] for r in report.values()})},
         "changed_from_timed": flipped}
-    path = Path(out)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    from nnmeter.predictors.store import write_atomic
+
+    write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
     if args.json:
         emit_json({"out": str(out), **data["runtime_rules"], "patterns": report})
         return 0

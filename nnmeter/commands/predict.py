@@ -127,6 +127,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         out["error_percent"] = 100.0 * (report.total_ms - m.latency_ms) / m.latency_ms
         fid = m.device.fingerprint_id if m.device else None
         out["measured_fingerprint_id"] = fid
+        quality = [f"measurement: {w}" for w in m.quality_warnings()]
+        if quality:
+            out["warnings"] = list(out["warnings"]) + quality
         diffs = m.device.differences(report.device) if m.device and report.device else []
         if diffs:
             out["device_mismatch"] = True
@@ -235,6 +238,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
         if args.measure:
             m, row["measured_model"] = _measure(args, graph, b)
             row["measured_ms"] = m.latency_ms
+            row["measured_spread"] = m.spread
+            row["warnings"] = m.quality_warnings()
         results.append(row)
     results.sort(key=lambda r: r["predicted_ms"])
     out: dict[str, Any] = {"model": graph.name, "ranking": results,
@@ -260,4 +265,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     if args.measure:
         print(f"measured fastest:  {out['measured_best']} (predicted choice within 5 %: "
               f"{'yes' if out['within_5_percent'] else 'no'})")
+        for r in results:
+            for w in r["warnings"]:
+                print(f"warning: {r['backend_id']} measurement: {w}", file=sys.stderr)
     return 0

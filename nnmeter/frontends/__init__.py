@@ -104,7 +104,8 @@ def _load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
 
         return load_onnx(path, input_shapes)
     if suffix == ".json":
-        return ModelGraph.from_json(str(path))
+        graph = ModelGraph.from_json(str(path))
+        return _reshaped(graph, input_shapes, path) if input_shapes else graph
     if suffix == ".tflite":
         from nnmeter.frontends.tflite import load_tflite
 
@@ -117,6 +118,32 @@ def _load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
         f"{path} has suffix {suffix or '(none)'!r}, which nnmeter does not read; supported "
         f"formats: {', '.join(SUPPORTED_FORMATS)}"
     )
+
+
+def _reshaped(graph: Any, input_shapes: Mapping[str, Sequence[int]], path: Path) -> Any:
+    """``graph`` (read from IR JSON at ``path``) with new input shapes (``''`` names the
+    first input) and every other shape inferred again from them."""
+    from nnmeter.errors import InputNameError, ShapeInferenceError
+
+    inputs = graph.input_names
+    for name, shape in input_shapes.items():
+        target = name or (inputs[0] if inputs else "")
+        if target not in inputs:
+            raise InputNameError(f"{path}: --input-shape names {name!r}, which is not an "
+                                 f"input of the graph (its inputs: {', '.join(inputs)})")
+        old = graph.node(target).output_shapes
+        if old and len(old[0]) != len(shape):
+            raise ModelLoadError(f"{path}: input {target!r} has rank {len(old[0])} "
+                                 f"({list(old[0])}), --input-shape gives {list(shape)}")
+        graph.replace(target, output_shapes=(tuple(int(d) for d in shape),))
+    for node in graph.nodes():
+        if node.op != "input":
+            graph.replace(node.name, input_shapes=(), output_shapes=())
+    try:
+        return graph.infer_shapes()
+    except ShapeInferenceError as err:
+        raise ModelLoadError(f"{path}: the graph does not take input shapes "
+                             f"{dict(input_shapes)}: {err}") from err
 
 
 def _with_shapes(loader: Any, path: Path, input_shapes: Any) -> Any:

@@ -77,18 +77,27 @@ def _evaluate(case: TestCase, store: ProbingStore, alpha: float, max_remeasure: 
     handoff = ({role: model_handoff(g, store) for role, g in case.models.items()}
                if store.no_handoff is None else {})
     close = False
+    decisions: list[bool] = []
+    why_again = ""
     for attempt in range(max_remeasure + 1):
         t = {role: store.timing(g) for role, g in case.models.items()}
         pattern, margin, noise = decide_case(case, t, alpha, overhead_ms, shares,
                                              handoff if store.no_handoff is None else None)
-        if abs(margin) >= noise:
+        decisions.append(bool(pattern["fused"]))
+        if abs(margin) < noise:
+            close, why_again = True, f"margin {margin:.4f} ms within noise {noise:.4f} ms"
+        elif attempt == 0 and any(store.disturbed(g) for g in case.models.values()):
+            why_again = "a measurement was disturbed (busy machine)"
+        elif attempt == 1 and decisions[0] != decisions[1]:
+            why_again = "the decision flipped on re-measurement"
+        else:
             break
-        close = True
         if attempt < max_remeasure:
-            logger.info("%s: margin %.4f ms within noise %.4f ms, measuring again",
-                        case.name, margin, noise)
+            logger.info("%s: %s, measuring again", case.name, why_again)
             for g in case.models.values():
                 store.measure_new(g)
+    if len(set(decisions)) > 1:
+        pattern["extra"]["flipped"] = decisions
     if shares is None:
         pattern["extra"]["edge"] = {"skipped": why}
     if tie_to_split:
@@ -222,7 +231,9 @@ def detect_fusion(backend_id: str, *, alpha: float = 0.5, shapes: TestShapes | N
                          "ties_split": sum("tie" in p.extra for p in patterns),
                          "wall_s": round(time.perf_counter() - t0, 1), "protocol": kw}
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(data, indent=1) + "\n")
+    from nnmeter.predictors.store import write_atomic
+
+    write_atomic(out_path, (json.dumps(data, indent=1) + "\n").encode())
     if journal.exists():
         journal.unlink()
     logger.info("wrote %s (%d patterns, %d failed)", out_path, len(patterns), len(failed))

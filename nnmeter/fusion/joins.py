@@ -105,7 +105,7 @@ def update_rules_file(path: str | os.PathLike, result: dict[str, Any]) -> Fusion
     data = json.loads(path.read_text())
     rules = with_join_operand(FusionRules.from_dict(data, where=str(path)), result)
     data["patterns"] = [p.as_dict() for p in rules.patterns]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    from nnmeter.predictors.store import write_atomic
+
+    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
     return rules

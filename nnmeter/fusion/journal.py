@@ -112,6 +112,16 @@ class MeasurementJournal:
         elif self.device is None:
             self.device = ok[0].get("device")
 
+    def disturbed(self, graph: ModelGraph) -> bool:
+        """True when ``graph`` has one kept measurement and it was disturbed (spread over
+        10 %, many preempted runs, the timing lock timed out: ``quality_warnings``):
+        a decision on it is measured again even outside the noise, since load can turn
+        a fusion into "not fused"."""
+        from nnmeter.backends.base import Measurement
+
+        ms = [m for m in self.rows.get(graph_signature(graph), []) if m.get("ok")]
+        return len(ms) == 1 and bool(Measurement.from_dict(ms[0]).quality_warnings())
+
     def timing(self, graph: ModelGraph) -> Timing:
         """The time of ``graph`` over every kept repeat (minimum) and its spread."""
         sig = graph_signature(graph)

@@ -243,11 +243,11 @@ class FusionRules:
         """Serialise; also write ``path`` (atomically) when given."""
         text = json.dumps(self.to_dict(), indent=1, sort_keys=False)
         if path is not None:
+            from nnmeter.predictors.store import write_atomic
+
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(text + "\n")
-            os.replace(tmp, path)
+            write_atomic(path, (text + "\n").encode())
         return text
 
     @classmethod

@@ -15,8 +15,12 @@ original type, never dropped.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+from nnmeter.errors import GraphValidationError
 
 __all__ = [
     "OPS",
@@ -292,17 +296,87 @@ def attrs_to_dict(attrs: Any) -> dict[str, Any]:
     return out
 
 
-def attrs_from_dict(op: str, data: dict[str, Any]) -> Any:
-    """Rebuild the attribute record of ``op`` from :func:`attrs_to_dict` output."""
+def attrs_from_dict(op: str, data: dict[str, Any], *, where: str = "",
+                    strict: bool = False) -> Any:
+    """Rebuild the attribute record of ``op`` from :func:`attrs_to_dict` output.
+
+    Every value is checked against the field's type (an int field takes a whole number,
+    not a bool or a string; a pair takes two of them). ``strict`` also refuses keys the
+    record does not have. ``where`` names the node in error messages.
+
+    Raises
+    ------
+    GraphValidationError
+        If ``op`` is outside the vocabulary or a value has the wrong type.
+    """
+    label = f"{where}: " if where else ""
+    if op not in ATTRS_BY_OP:
+        raise GraphValidationError(
+            f"{label}op {op!r} is not in the vocabulary (known: {', '.join(sorted(OPS))}); "
+            f"use 'unknown' with attrs {{\"original_type\": ...}} for ops outside it")
     cls = attrs_class(op)
+    if not isinstance(data, dict):
+        raise GraphValidationError(
+            f"{label}attrs must be a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    if strict:
+        extra = sorted(set(data) - names)
+        if extra:
+            raise GraphValidationError(
+                f"{label}{op} has no attribute {', '.join(map(repr, extra))} (it takes "
+                f"{', '.join(sorted(names)) or 'none'}); remove it")
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
-        value = data[f.name]
-        if isinstance(value, list):
-            value = tuple(value)
-        elif value in ("inf", "-inf"):
-            value = float(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
+        kwargs[f.name] = _typed(data[f.name], hints[f.name], f"{label}{op} attribute {f.name!r}")
+    try:
+        return cls(**kwargs)
+    except TypeError as err:  # a required field is missing
+        raise GraphValidationError(f"{label}{op} attributes are incomplete: {err}") from err
+
+
+def _typed(value: Any, hint: Any, what: str) -> Any:
+    """``value`` as the type ``hint`` names, or a GraphValidationError saying why not."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _typed(value, inner[0], what)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise GraphValidationError(f"{what} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and not value.is_integer()):
+            raise GraphValidationError(f"{what} must be a whole number, got {value!r}")
+        return int(value)
+    if hint is float:
+        if value in ("inf", "-inf"):
+            return float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise GraphValidationError(f"{what} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise GraphValidationError(f"{what} must be a string, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise GraphValidationError(f"{what} must be a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_typed(v, args[0], what) for v in value)
+        if len(value) != len(args):
+            raise GraphValidationError(
+                f"{what} must be a list of {len(args)} values, got {list(value)!r}")
+        return tuple(_typed(v, a, what) for v, a in zip(value, args))
+    if origin is dict or hint is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise GraphValidationError(f"{what} must be an object, got {value!r}")
+    return value

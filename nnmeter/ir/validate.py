@@ -15,6 +15,8 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
+
 import networkx as nx
 
 from nnmeter.errors import GraphValidationError, ShapeInferenceError
@@ -61,6 +63,7 @@ def lint(graph: ModelGraph) -> list[str]:
                 f"{where}: attrs are {type(node.attrs).__name__}, expected "
                 f"{attrs_class(node.op).__name__}"
             )
+        problems.extend(f"{where}: {p}" for p in attr_problems(node.op, node.attrs))
         if node.op == "input" and node.inputs:
             problems.append(f"{where}: an input node cannot read other nodes")
         if node.op not in ("input",) and not node.inputs:
@@ -78,8 +81,13 @@ def lint(graph: ModelGraph) -> list[str]:
         if not node.output_shapes:
             problems.append(f"{where}: no output shape; run graph.infer_shapes()")
             continue
-        if any(d <= 0 for s in node.output_shapes for d in s):
-            problems.append(f"{where}: non-positive dimension in {node.output_shapes}")
+        if any(d == 0 for s in node.output_shapes for d in s):
+            problems.append(f"{where}: zero-size dimension in {list(node.output_shapes)} "
+                            f"(a static 0, not a dynamic one): the tensor is empty; give "
+                            f"the real size")
+        elif any(d < 0 for s in node.output_shapes for d in s):
+            problems.append(f"{where}: negative dimension in {list(node.output_shapes)}; "
+                            f"give the real size (pass --input-shape for a dynamic one)")
         if node.op in _SPATIAL and node.input_shapes and len(node.input_shapes[0]) != 4:
             problems.append(
                 f"{where}: input shape {node.input_shapes[0]} is not rank-4 NCHW; "
@@ -107,6 +115,32 @@ def lint(graph: ModelGraph) -> list[str]:
                 f"from the producers' outputs {inferred.input_shapes}; re-run infer_shapes()"
             )
     return problems
+
+
+#: attribute fields that count something and must be at least 1, per attribute class
+_POSITIVE = {"out_channels", "out_features", "kernel", "stride", "dilation", "groups", "size",
+             "sizes"}
+_NON_NEGATIVE = {"pads", "output_padding"}
+
+
+def attr_problems(op: str, attrs: object) -> list[str]:
+    """Range problems of an attribute record: counts below 1, negative pads (a pad op's
+    negative pads crop, as in ONNX, and are allowed)."""
+    out = []
+    for f in dataclasses.fields(attrs) if dataclasses.is_dataclass(attrs) else ():
+        value = getattr(attrs, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            continue
+        if f.name in _POSITIVE and any(v < 1 for v in values):
+            out.append(f"{f.name}={_show(value)} must be at least 1")
+        elif f.name in _NON_NEGATIVE and op != "pad" and any(v < 0 for v in values):
+            out.append(f"{f.name}={_show(value)} must not be negative")
+    return out
+
+
+def _show(value: object) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
 def validate(graph: ModelGraph) -> None:

@@ -45,7 +45,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 12
+CACHE_VERSION = 13
 
 
 def cache_dir() -> Path:
@@ -135,8 +135,9 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
                                                                          TERMS))
             pred.resolution = resolution
             return pred
-        except PredictorError as err:
-            logger.warning("ignoring a broken predictor cache: %s", err)
+        except Exception as err:  # noqa: BLE001 - any broken cache is rebuilt, never fatal
+            logger.warning("ignoring a broken predictor cache (%s: %s); retraining it",
+                           type(err).__name__, err)
     logger.info("training the %s predictor from %s", backend_id, ds_dir)
     if (ds_dir / TRANSFER_FILE).exists():
         # a device built by transfer: the source device's data adapted to this one

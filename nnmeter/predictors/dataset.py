@@ -293,17 +293,10 @@ def write_calibration(dataset_dir: str | os.PathLike, name: str, record: dict[st
     """Write a device calibration record (``boundary.json``, ``reorders.json``, ...) to
     ``<dataset_dir>/<name>``, atomically (a temporary file renamed over it), so a kill
     leaves the old record or the new one, never half of one."""
+    from nnmeter.predictors.store import write_atomic
+
     path = Path(dataset_dir) / name
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomic(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return path
 
 

@@ -481,6 +481,12 @@ class LatencyPredictor:
         res = self.resolution
         if mismatch and not (res is not None and res.how == "requested"):
             warnings.append(self._mismatch_warning(diffs))
+        far = self._far_outside(kernels, batch, slots)
+        if far:
+            shown = "; ".join(far[:3])
+            more = f" (and {len(far) - 3} more)" if len(far) > 3 else ""
+            warnings.append(f"{len(far)} kernel(s) far outside the range their regressor was "
+                            f"trained on, so their estimates are guesses: {shown}{more}")
         if uncovered:
             warnings.append(f"{len(uncovered)} kernel(s) had no regressor of their own type "
                             f"and were estimated by a family regressor or the FLOPs/bytes "
@@ -501,6 +507,41 @@ class LatencyPredictor:
             device_selection=res.how if res is not None else "",
             device_differences=tuple(diffs),
         )
+
+    def _far_outside(self, kernels: Sequence[Any], batch: _Batch,
+                     slots: Sequence[tuple[Any, ...]]) -> list[str]:
+        """One line per kernel whose regressor input is far outside the training range
+        (:meth:`~nnmeter.predictors.regressors.KernelRegressor.far_outside`), naming the
+        kernel, the feature, its value and the range seen."""
+        from nnmeter.kernels import KERNEL_TYPES
+
+        flagged: dict[str, np.ndarray] = {}
+        for key, (rows, _) in batch.jobs.items():
+            reg = self.regressors[key]
+            if getattr(reg, "feature_lo_", None) is None:
+                continue
+            col = 1 if key == FALLBACK_KEY else 0
+            flagged[key] = np.vstack([hit[col] for hit in rows])
+        out = []
+        for k, s in zip(kernels, slots):
+            X = flagged.get(s[0])
+            if X is None:
+                continue
+            reg = self.regressors[s[0]]
+            if s[0] == FALLBACK_KEY:
+                names: Sequence[str] = ("FLOPs", "bytes")
+            else:
+                alias = self.regressor_type(k.type)
+                kt = k.kernel_type if alias == k.type else KERNEL_TYPES.get(alias)
+                names = kt.feature_names
+            x = X[s[1]:s[1] + 1]
+            bad = np.flatnonzero(reg.far_outside(x)[0][:len(names)])
+            if bad.size:
+                parts = ", ".join(
+                    f"{names[i]}={_num(x[0, i])} (trained {_num(reg.feature_lo_[i])}–"
+                    f"{_num(reg.feature_hi_[i])})" for i in bad[:2])
+                out.append(f"{k.type} {k.nodes[0]!r}: {parts}")
+        return out
 
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
@@ -575,6 +616,10 @@ class LatencyPredictor:
                 self.logged_warning = self._mismatch_warning(self._device_check[1])
                 logger.warning("%s", self.logged_warning)
         return self._device_check
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
 
 
 def _one_group(kt: Any, config: Any) -> tuple[Any, int]:

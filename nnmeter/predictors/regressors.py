@@ -176,7 +176,26 @@ class KernelRegressor:
         t = t - self._offset(X)
         self._fit(X, t)
         self.n_features_in_ = X.shape[1]
+        # the range each feature was trained on: a tree cannot extrapolate past it, so
+        # the predictor warns about inputs far outside (far_outside)
+        self.feature_lo_, self.feature_hi_ = X.min(axis=0), X.max(axis=0)
         return self
+
+    def far_outside(self, X: Any) -> np.ndarray:
+        """Per row and feature, True where ``X`` is far outside the training range:
+        over twice the largest value seen (for a positive maximum, else one unit over)
+        or under half the smallest (for a positive minimum, else one unit under); a 0/1
+        indicator never is. All False for a regressor fitted before ranges were
+        recorded."""
+        X = np.asarray(X, dtype=np.float64)
+        lo, hi = getattr(self, "feature_lo_", None), getattr(self, "feature_hi_", None)
+        if lo is None or hi is None or X.ndim != 2 or X.shape[1] != lo.shape[0]:
+            return np.zeros(X.shape if X.ndim == 2 else (0, 0), dtype=bool)
+        top = np.where(hi > 0, 2.0 * hi, hi + 1.0)
+        bottom = np.where(lo > 0, 0.5 * lo, lo - 1.0)
+        # an indicator (trained within [0, 1], given 0 or 1) is a category, not a size
+        flag = (lo >= 0) & (hi <= 1) & (X >= 0) & (X <= 1)
+        return ((X > top) | (X < bottom)) & ~flag
 
     def _offset(self, X: np.ndarray) -> np.ndarray | float:
         """log1p of the normalising feature (work), subtracted from the log target."""

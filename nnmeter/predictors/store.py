@@ -21,6 +21,9 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
 import os
 import tempfile
@@ -32,10 +35,12 @@ import numpy as np
 from nnmeter.errors import PredictorError
 from nnmeter.predictors.regressors import REGRESSORS, KernelRegressor
 
-__all__ = ["STORE_SCHEMA_VERSION", "save_regressors", "load_regressors"]
+__all__ = ["STORE_SCHEMA_VERSION", "save_regressors", "load_regressors", "write_atomic"]
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 _SEP = "::"
+#: array names of a regressor's training range of each feature (KernelRegressor.far_outside)
+_LO, _HI = "__feature_lo", "__feature_hi"
 
 
 def _class_name(reg: KernelRegressor) -> str:
@@ -67,6 +72,9 @@ def save_regressors(directory: str | os.PathLike, regressors: dict[str, KernelRe
             "n_features_in": int(reg.n_features_in_), "state": state_meta,
             "arrays": sorted(state_arrays),
         }
+        if getattr(reg, "feature_lo_", None) is not None:
+            state_arrays = {**state_arrays, _LO: reg.feature_lo_, _HI: reg.feature_hi_}
+            entries[key]["arrays"] = sorted(state_arrays)
         for name, arr in state_arrays.items():
             arr = np.asarray(arr)
             if arr.dtype == object:
@@ -75,14 +83,34 @@ def save_regressors(directory: str | os.PathLike, regressors: dict[str, KernelRe
             arrays[f"{key}{_SEP}{name}"] = arr
     manifest = {"schema_version": STORE_SCHEMA_VERSION, "regressors": entries,
                 "meta": meta or {}}
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
-    with os.fdopen(fd, "wb") as fh:
-        np.savez(fh, **arrays)
-    os.replace(tmp, directory / "arrays.npz")
-    tmp_json = directory / "manifest.json.tmp"
-    tmp_json.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp_json, directory / "manifest.json")  # last: marks the cache complete
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    blob = buf.getvalue()
+    # the arrays' checksum: a corrupt LightGBM text would abort the process inside the
+    # C++ library (no exception to catch), so nothing unverified reaches it
+    manifest["arrays_sha256"] = hashlib.sha256(blob).hexdigest()
+    write_atomic(directory / "arrays.npz", blob)
+    # last: marks the cache complete
+    write_atomic(directory / "manifest.json",
+                 json.dumps(manifest, indent=1, sort_keys=True).encode())
     return directory
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one:
+    a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def load_regressors(directory: str | os.PathLike) -> tuple[dict[str, KernelRegressor], dict]:
@@ -95,27 +123,40 @@ def load_regressors(directory: str | os.PathLike) -> tuple[dict[str, KernelRegre
         regressor class that is not registered.
     """
     directory = Path(directory)
+    fix = "delete the folder to retrain from the datasets (nnmeter does so by itself)"
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
-        npz = np.load(directory / "arrays.npz", allow_pickle=False)
+        blob = (directory / "arrays.npz").read_bytes()
     except (OSError, ValueError) as err:
+        raise PredictorError(f"cannot load stored regressors from {directory}: {err}; "
+                             f"{fix}") from err
+    if not isinstance(manifest, dict) or manifest.get("schema_version") != STORE_SCHEMA_VERSION:
+        version = manifest.get("schema_version") if isinstance(manifest, dict) else None
         raise PredictorError(
-            f"cannot load stored regressors from {directory}: {err}; delete the folder "
-            f"to retrain from the datasets"
-        ) from err
-    if manifest.get("schema_version") != STORE_SCHEMA_VERSION:
-        raise PredictorError(
-            f"stored regressors in {directory} have schema version "
-            f"{manifest.get('schema_version')!r}, this nnmeter reads "
-            f"{STORE_SCHEMA_VERSION}; delete the folder to retrain"
-        )
+            f"stored regressors in {directory} have schema version {version!r}, this "
+            f"nnmeter reads {STORE_SCHEMA_VERSION}; {fix}")
+    if hashlib.sha256(blob).hexdigest() != manifest.get("arrays_sha256"):
+        raise PredictorError(f"stored regressors in {directory}: arrays.npz does not match "
+                             f"its checksum in manifest.json (a torn or edited file); {fix}")
     out: dict[str, KernelRegressor] = {}
-    with npz:
-        for key, entry in manifest["regressors"].items():
-            cls = REGRESSORS.get(entry["class"])
-            reg = cls(**entry["params"])
-            arrays = {name: npz[f"{key}{_SEP}{name}"] for name in entry["arrays"]}
-            reg._set_state(entry["state"], arrays)
-            reg.n_features_in_ = int(entry["n_features_in"])
-            out[key] = reg
-    return out, manifest.get("meta", {})
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+            for key, entry in manifest["regressors"].items():
+                cls = REGRESSORS.get(entry["class"])
+                reg = cls(**entry["params"])
+                arrays = {name: npz[f"{key}{_SEP}{name}"] for name in entry["arrays"]}
+                lo, hi = arrays.pop(_LO, None), arrays.pop(_HI, None)
+                reg._set_state(entry["state"], arrays)
+                reg.n_features_in_ = int(entry["n_features_in"])
+                if lo is not None and hi is not None:
+                    reg.feature_lo_, reg.feature_hi_ = lo, hi
+                out[key] = reg
+        meta = manifest.get("meta", {})
+        if not isinstance(meta, dict):
+            raise TypeError(f"meta is a {type(meta).__name__}, not an object")
+    except PredictorError:
+        raise
+    except Exception as err:  # an edited manifest: any field may be wrong
+        raise PredictorError(f"stored regressors in {directory} are malformed "
+                             f"({type(err).__name__}: {err}); {fix}") from err
+    return out, meta

@@ -206,7 +206,9 @@ def choose_regressors(dataset: KernelDataset, *, candidates: tuple[str, ...] = (
             scores[t]["family"] = famv
             if famv > own:
                 source[t] = "family"
-    (dataset.directory / CHOICE_FILE).write_text(json.dumps(
+    from nnmeter.predictors.store import write_atomic
+
+    write_atomic(dataset.directory / CHOICE_FILE, json.dumps(
         {"regressor": choice, "source": source, "cv_acc10": scores, "folds": folds},
-        indent=1, sort_keys=True))
+        indent=1, sort_keys=True).encode())
     return scores

@@ -93,3 +93,22 @@ def test_garbage_model_raises_backend_error(tmp_path):
     bad.write_bytes(b"garbage")
     with pytest.raises(BackendError, match="bad.onnx"):
         _run(["measure", str(bad), "--backend", "ort-cpu", "--rounds", "1", "--runs", "1"])
+
+
+@pytest.mark.integration
+def test_a_failed_measurement_exits_2_as_the_readme_says(cbr, capsys):
+    # a job that cannot finish within its timeout is killed and recorded as failed
+    assert _run(["measure", str(cbr), "-b", "ort-cpu", "--timeout", "0.001", "--json"]) == 2
+    d = json.loads(capsys.readouterr().out)
+    assert d["ok"] is False and d["extra"]["error_kind"] == "timeout"
+    assert _run(["measure", str(cbr), "-b", "ort-cpu", "--timeout", "0.001"]) == 2
+    assert "measurement failed (timeout)" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_measure_records_the_timing_lock(cbr, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("NNMETER_TIMING_LOCK", str(tmp_path / "t.lock"))
+    assert _run(["measure", str(cbr), "-b", "ort-cpu", "--rounds", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["extra"]["timing_lock"] == "held" and d["extra"]["lock_wait_ms"] >= 0
+    assert isinstance(d["warnings"], list)

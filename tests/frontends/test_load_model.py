@@ -74,3 +74,16 @@ def test_tflite_and_keras_dispatch_to_their_frontends(tmp_path, monkeypatch):
     assert load_model(saved) == "keras-graph"
     assert calls == [("tflite", "m.tflite"), ("keras", "m.keras"), ("keras", "m.h5"),
                      ("keras", "saved")]
+
+
+def test_input_shape_of_ir_json_is_applied_not_ignored(tmp_path):
+    from nnmeter.errors import InputNameError
+
+    path = tmp_path / "m.json"
+    _graph().to_json(str(path))
+    g = load_model(path, input_shapes={"": (1, 3, 32, 16)})
+    assert g["r"].output_shape == (1, 4, 32, 16) and g["c"].input_shapes == ((1, 3, 32, 16),)
+    with pytest.raises(InputNameError, match="not an input of the graph"):
+        load_model(path, input_shapes={"nosuch": (1, 3, 8, 8)})
+    with pytest.raises(ModelLoadError, match="has rank 4"):
+        load_model(path, input_shapes={"": (1, 3, 8)})

@@ -346,3 +346,18 @@ def test_qdq_pairs_on_activations_are_removed_and_counted():
     g = load_onnx(_model(nodes, [_vi("x", [1, 4])], [_vi("y", None)], inits))
     assert [n.name for n in g.nodes()] == ["x", "r"]
     assert g.meta["qdq_nodes_removed"] == 2
+
+
+def test_a_static_zero_dimension_is_not_called_dynamic():
+    from onnx import TensorProto, helper
+
+    from nnmeter.errors import DynamicShapeError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 0, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "z", [x], [y]))
+    with pytest.raises(ModelLoadError, match="static zero-size dimension, not a dynamic") as e:
+        load_onnx(model)
+    assert not isinstance(e.value, DynamicShapeError)
+    assert load_onnx(model, {"x": (1, 2, 4, 4)})["r"].output_shape == (1, 2, 4, 4)

@@ -453,3 +453,31 @@ def test_a_multi_output_model_dearer_than_its_parts_fused_nothing():
     # below the unfused sum, the nearest hypothesis still wins
     pattern, _, _ = _decide_case(case, {**t, "block": Timing(0.63, 0.001)}, 0.5)
     assert pattern["fused"] and pattern["extra"]["chosen"] == "conv+relu"
+
+
+class LoadedProfiler(ScriptedProfiler):
+    """The first measurement of the fused pair runs on a busy core: 60 % slower and
+    mostly preempted, with a small spread (a decision outside the noise, but wrong)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def measure(self, graph, on_error="record", **kw):
+        m = super().measure(graph, on_error, **kw)
+        ops = tuple(n.op for n in graph.topological_nodes() if n.op != "input")
+        if ops == ("conv", "relu") and ops not in self.seen:
+            self.seen.add(ops)
+            t = m.latency_ms * 1.6
+            return Measurement(t, t, t, 0.0, 0.01, 5, 20, DEVICE,
+                               extra={"total_runs": 50, "dirty_runs": 30})
+        return m
+
+
+def test_a_decision_on_a_disturbed_measurement_is_measured_again(tmp_path):
+    rules = detect_fusion("fake-cpu", out=tmp_path / "r.json", only=["conv->relu"],
+                          progress=False, profiler=LoadedProfiler(), max_remeasure=2)
+    (p,) = rules.patterns
+    assert p.fused, "the busy first measurement turned the fusion into 'not fused'"
+    assert p.extra["flipped"][0] is False and p.extra["flipped"][-1] is True
+    assert p.times_ms["block"]["repeats"] >= 2

@@ -63,5 +63,85 @@ def test_malformed_json():
 def test_inconsistent_json_names_the_problem():
     data = json.loads(to_json(_graph()))
     data["nodes"] = data["nodes"][1:]  # the input is gone, readers dangle
-    with pytest.raises(ModelLoadError, match="does not exist"):
+    with pytest.raises(ModelLoadError, match="not a node of the graph"):
         from_json(json.dumps(data))
+
+
+def _conv_json() -> dict:
+    b = GraphBuilder("cb", (1, 3, 8, 8))
+    return json.loads(to_json(b.build([b.relu(b.bn(b.conv(b.x, 32, name="c"), name="n"),
+                                              name="r")])))
+
+
+def _node(d, name):
+    return next(n for n in d["nodes"] if n["name"] == name)
+
+
+# each bad input (issue 20's battery) and the words its one-line error must carry
+BAD_JSON = {
+    "attribute-string": (lambda d: _node(d, "c")["attrs"].update(out_channels="abc"),
+                         "'out_channels' must be a whole number, got 'abc'"),
+    "attribute-bool": (lambda d: _node(d, "c")["attrs"].update(out_channels=True),
+                       "must be a whole number, got True"),
+    "attribute-fraction": (lambda d: _node(d, "c")["attrs"].update(out_channels=32.5),
+                           "must be a whole number, got 32.5"),
+    "stride-string": (lambda d: _node(d, "c")["attrs"].update(stride="ab"),
+                      "'stride' must be a list"),
+    "kernel-three": (lambda d: _node(d, "c")["attrs"].update(kernel=[1, 2, 3]),
+                     "must be a list of 2 values"),
+    "kernel-zero": (lambda d: _node(d, "c")["attrs"].update(kernel=[0, 0]),
+                    "kernel=[0, 0] must be at least 1"),
+    "attribute-unknown": (lambda d: _node(d, "c")["attrs"].update(colour=1),
+                          "conv has no attribute 'colour'"),
+    "out-channels-huge": (lambda d: _node(d, "c")["attrs"].update(out_channels=10 ** 12),
+                          "differ from inferred"),
+    "port-7": (lambda d: _node(d, "n").update(inputs=[["c", 7]]),
+               "reads port 7 of 'c', which has 1 outputs"),
+    "cycle": (lambda d: _node(d, "c").update(inputs=[["r", 0]]),
+              "the nodes form a cycle (c -> n -> r -> c)"),
+    "missing-producer": (lambda d: _node(d, "n").update(inputs=[["ghost", 0]]),
+                         "reads 'ghost', which is not a node of the graph"),
+    "unknown-op": (lambda d: _node(d, "n").update(op="frobnicate"),
+                   "op 'frobnicate' is not in the vocabulary"),
+    "no-op": (lambda d: _node(d, "n").pop("op"), "has no string 'op'"),
+    "zero-dim": (lambda d: _node(d, "input").update(output_shapes=[[1, 3, 0, 8]]),
+                 "zero-size dimension in [(1, 3, 0, 8)] (a static 0, not a dynamic one)"),
+    "negative-dim": (lambda d: _node(d, "input").update(output_shapes=[[1, 3, -1, 8]]),
+                     "negative dimension"),
+    "shape-string": (lambda d: _node(d, "c").update(output_shapes="abc"),
+                     "output_shapes must be a list of shapes"),
+    "ref-not-pair": (lambda d: _node(d, "n").update(inputs=["c"]),
+                     "is not a [node name, output port] pair"),
+    "duplicate-name": (lambda d: d["nodes"].append(dict(_node(d, "c"))), "appears twice"),
+    "nodes-not-list": (lambda d: d.update(nodes={"a": 1}), "no 'nodes' list"),
+    "node-not-object": (lambda d: d["nodes"].append(3), "node #4 is a int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JSON))
+def test_bad_graph_json_is_one_clear_error_naming_the_file(case, tmp_path):
+    edit, words = BAD_JSON[case]
+    d = _conv_json()
+    edit(d)
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ModelLoadError) as info:
+        from_json(str(path))
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: graph JSON is ") and words in msg, msg
+    assert "\n" not in msg
+
+
+def test_nodes_in_any_order_load_producers_first():
+    d = _conv_json()
+    d["nodes"] = d["nodes"][::-1]
+    g = from_json(json.dumps(d))
+    assert g.topological_order() == ["input", "c", "n", "r"]
+
+
+def test_json_without_shapes_gets_them_inferred():
+    d = _conv_json()
+    for n in d["nodes"]:
+        if n["op"] != "input":
+            n["input_shapes"], n["output_shapes"] = [], []
+    assert from_json(json.dumps(d))["r"].output_shapes == ((1, 32, 8, 8),)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nnmeter.errors import GraphValidationError
@@ -66,7 +68,9 @@ def test_wrong_recorded_shapes():
 def test_non_positive_dimension_and_bad_port():
     g = _ok()
     g.replace("r", output_shapes=((1, 0, 8, 8),))
-    assert any("non-positive" in p for p in lint(g))
+    assert any("zero-size dimension" in p and "not a dynamic one" in p for p in lint(g))
+    g.replace("r", output_shapes=((1, -1, 8, 8),))
+    assert any("negative dimension" in p for p in lint(g))
     g = _ok()
     g.replace("r", inputs=[("c", 3)])
     assert any("port 3" in p for p in lint(g))
@@ -103,3 +107,27 @@ def test_validate_raises_with_every_problem():
         validate(g)
     assert len(info.value.problems) >= 3
     assert "'bad' is invalid" in str(info.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("kernel", (0, 3), "kernel=[0, 3] must be at least 1"),
+    ("stride", (1, 0), "stride=[1, 0] must be at least 1"),
+    ("groups", 0, "groups=0 must be at least 1"),
+    ("out_channels", -4, "out_channels=-4 must be at least 1"),
+    ("pads", (0, -1, 0, 0), "pads=[0, -1, 0, 0] must not be negative"),
+])
+def test_attribute_ranges(field, value, message):
+    g = ModelGraph("t")
+    g.add_input("x", (1, 3, 8, 8))
+    attrs = dataclasses.replace(ConvAttrs(out_channels=4), **{field: value})
+    g.add_node("c", "conv", attrs, ["x"], input_shapes=[(1, 3, 8, 8)],
+               output_shapes=[(1, 4, 8, 8)])
+    g.set_outputs(["c"])
+    assert any(message in p for p in lint(g)), lint(g)
+
+
+def test_a_pad_op_may_crop():
+    from nnmeter.ir.ops import PadAttrs
+    from nnmeter.ir.validate import attr_problems
+
+    assert attr_problems("pad", PadAttrs(pads=(0, 0, -1, -1, 0, 0, 0, 0))) == []

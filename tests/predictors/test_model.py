@@ -216,3 +216,49 @@ def test_a_grouped_conv_is_one_groups_conv_once_per_group(predictor):
     assert math.isclose(grouped.base_ms, 4 * single.base_ms, rel_tol=1e-9)
     # the row keeps the grouped kernel's own features (its real FLOPs)
     assert grouped.features != single.features
+
+
+@pytest.mark.parametrize("damage", ["arrays", "manifest-field", "manifest-json"])
+def test_a_broken_cache_is_rebuilt_not_fatal(root, tmp_path, monkeypatch, caplog, damage):
+    import json
+
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    RULES.to_json(rules_dir / "ort-cpu.json")
+    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
+    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    first = load_predictor("ort-cpu", root=root)
+    where = first.meta["cache"]
+    import pathlib
+
+    where = pathlib.Path(where)
+    if damage == "arrays":
+        blob = bytearray((where / "arrays.npz").read_bytes())
+        blob[len(blob) // 2] ^= 0xFF
+        (where / "arrays.npz").write_bytes(bytes(blob))
+    elif damage == "manifest-field":
+        m = json.loads((where / "manifest.json").read_text())
+        next(iter(m["regressors"].values()))["params"] = "x"
+        (where / "manifest.json").write_text(json.dumps(m))
+    else:
+        (where / "manifest.json").write_text("{not json")
+    with caplog.at_level("WARNING"):
+        again = load_predictor("ort-cpu", root=root)
+    assert "broken predictor cache" in caplog.text
+    g = _model()
+    assert again.predict(g, check_device=False).total_ms == \
+        pytest.approx(first.predict(g, check_device=False).total_ms, rel=1e-12)
+    # the rebuilt cache is whole again: the next load uses it without a warning
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_predictor("ort-cpu", root=root)
+    assert "broken predictor cache" not in caplog.text
+
+
+def test_kernels_far_outside_the_training_range_are_named(predictor):
+    near = predictor.predict(_model(), check_device=False)
+    assert not any("far outside" in w for w in near.warnings), near.warnings
+    b = GraphBuilder("huge", (1, 16, 2000, 2000))
+    far = predictor.predict(b.build([b.relu(b.bn(b.conv(b.x, 32)))]), check_device=False)
+    (w,) = [w for w in far.warnings if "far outside" in w]
+    assert "conv-bn-relu" in w and "H=2000" in w and "trained 14–56" in w

@@ -175,6 +175,12 @@ def static_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]] | None,
             for i, d in enumerate(declared):
                 if d.HasField("dim_value") and d.dim_value > 0:
                     dims.append(int(d.dim_value))
+                elif d.HasField("dim_value") and d.dim_value == 0:
+                    raise ModelLoadError(
+                        f"input {vi.name!r} of {name!r} declares dimension {i} as 0 (a "
+                        f"static zero-size dimension, not a dynamic one): the tensor is "
+                        f"empty; re-export the model with its real size, or pass one with "
+                        f"--input-shape {vi.name}=...")
                 else:
                     label = d.dim_param if d.HasField("dim_param") else "?"
                     example = ",".join(
