@@ -44,7 +44,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
 from nnmeter.builder import build_predictor
 build_predictor("ort-cpu", dataset="ort-cpu@kill", root=sys.argv[1], progress=False,
                 kernels=["relu", "conv-bn-relu"], max_samples_per_type=10, rounds=1,
-                budget_minutes=2.0, protocol={"rounds": 2, "round_ms": 4.0,
+                budget_minutes=1.0, protocol={"rounds": 2, "round_ms": 4.0,
                                               "warmup_ms": 4.0})
 print("BUILD-DONE", flush=True)
 """
@@ -71,6 +71,8 @@ class Child:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)
         self.phase = "start"
+        self.t0 = self.since = time.monotonic()
+        self.changes: list[tuple[float, str]] = []  # (seconds after start, phase entered)
         self.done = False
         self.lines: list[str] = []
         threading.Thread(target=self._follow, daemon=True).start()
@@ -83,6 +85,9 @@ class Child:
                 self.done = True
             for rx, phase in PHASES:
                 if rx.search(line):
+                    if phase != self.phase:
+                        self.since = time.monotonic()
+                        self.changes.append((self.since - self.t0, phase))
                     self.phase = phase
                     break
 
@@ -161,7 +166,7 @@ def main() -> int:
     stats: dict[str, Counter] = {}
     t_end = time.monotonic() + 60 * args.max_minutes
     base = Path(tempfile.mkdtemp(prefix="nnmeter-kill-"))
-    trial, child, phase = 0, None, "start"
+    trial = 0
     # how long the build takes (first, uninterrupted) sets the range of kill moments
     t0 = time.monotonic()
     ref = Child(base / "reference")
@@ -170,65 +175,82 @@ def main() -> int:
     if not ref.done:
         print("\n".join(ref.lines[-20:]), file=sys.stderr)
         raise SystemExit("the reference build failed")
+    (base / "reference.log").write_text("\n".join(ref.lines) + "\n")
     ref_ds = base / "reference" / "datasets" / "kernels" / "ort-cpu@kill"
     print(f"reference build: {full_s:.0f} s, {sum(map(len, snapshot(ref_ds).values()))} rows, "
           f"{doubled(ref_ds)} doubled", file=sys.stderr)
 
-    phases = [p for p in dict.fromkeys(ph for _, ph in PHASES)
-              if any(rx.search(ln) for ln in ref.lines for rx, ph in PHASES if ph == p)]
+    # each phase's length in the reference run: a kill lands at a uniform moment in it
+    ends = ref.changes[1:] + [(full_s, "end")]
+    length = {ph: t1 - t0 for (t0, ph), (t1, _) in zip(ref.changes, ends)}
+    phases = list(dict.fromkeys(ph for _, ph in ref.changes))
+    print("reference phases: " + ", ".join(f"{p} {length[p]:.1f} s" for p in phases),
+          file=sys.stderr)
 
     def short() -> list[str]:
         return [p for p in phases if stats.get(p, Counter())["kills"] < args.per_phase]
 
     while short() and time.monotonic() < t_end:
-        # one trial: a fresh dataset, killed again and again until the build completes
+        # one trial: a fresh dataset; the build is killed once in each phase it reaches
+        # (at a random moment of it), resumed each time, until it completes
         trial += 1
         root = base / f"trial{trial}"
         ds = root / "datasets" / "kernels" / "ort-cpu@kill"
         snapshots: list[tuple[str, dict[str, list[str]]]] = []
+        killed_in: set[str] = set()
         while time.monotonic() < t_end:
             child = Child(root)
-            deadline = time.monotonic() + rng.uniform(2.0, max(3.0, full_s / 3))
-            while time.monotonic() < deadline and child.proc.poll() is None:
-                time.sleep(0.01)
-            if child.proc.poll() is not None:
-                child.proc.wait()
-                break
-            phase = child.phase
-            os.kill(child.proc.pid, signal.SIGKILL)
+            dwell: dict[str, float] = {}
+            victim = None
+            while child.proc.poll() is None:
+                ph = child.phase
+                if ph in phases and ph not in killed_in and ph in short():
+                    wait = dwell.setdefault(ph, rng.uniform(0.0, max(0.05, length[ph])))
+                    if time.monotonic() - child.since >= wait and child.phase == ph:
+                        victim = ph
+                        os.kill(child.proc.pid, signal.SIGKILL)
+                        break
+                time.sleep(0.005)
             child.proc.wait()
-            s = stats.setdefault(phase, Counter())
+            if victim is None:
+                break  # ran to the end
+            killed_in.add(victim)
+            s = stats.setdefault(victim, Counter())
             s["kills"] += 1
             broken, fragments = check_files(ds) if ds.exists() else ([], 0)
             s["broken files"] += len(broken)
             s["fragments"] += fragments
             for b in broken:
-                print(f"  broken after a kill in {phase}: {b}", file=sys.stderr)
-            snapshots.append((phase, snapshot(ds) if ds.exists() else {}))
-            print(f"trial {trial}: killed in {phase}", file=sys.stderr)
+                print(f"  broken after a kill in {victim}: {b}", file=sys.stderr)
+            snapshots.append((victim, snapshot(ds) if ds.exists() else {}))
+            print(f"trial {trial}: killed in {victim} ({child.lines[-1][:90] if child.lines else ''})",
+                  file=sys.stderr)
         if not child.done:
             print("\n".join(child.lines[-15:]), file=sys.stderr)
-            stats.setdefault(phase, Counter())["resume failed"] += 1
+            stats.setdefault("(whole builds)", Counter())["resume failed"] += 1
             continue
         final = snapshot(ds)
-        for phase, before in snapshots:
-            stats[phase]["rows lost"] += lost(before, final)
+        for ph, before in snapshots:
+            stats[ph]["rows lost"] += lost(before, final)
         w = stats.setdefault("(whole builds)", Counter())
         w["builds"] += 1
         w["rows doubled"] += doubled(ds)
+        broken, _ = check_files(ds)
+        w["broken files"] += len(broken)
     rows = [{"phase": p, **dict(c)} for p, c in sorted(stats.items())]
     if args.json:
         print(json.dumps({"reference_s": round(full_s, 1), "phases": rows}, indent=1))
         return 0
-    cols = ["kills", "rows lost", "broken files", "fragments", "resume failed"]
+    cols = ["kills", "rows lost", "broken files", "fragments"]
     print(f"{'phase':28s} " + " ".join(f"{c:>13s}" for c in cols))
     for r in rows:
         if r["phase"] == "(whole builds)":
             continue
         print(f"{r['phase']:28s} " + " ".join(f"{r.get(c, 0):13d}" for c in cols))
     w = stats.get("(whole builds)", Counter())
-    print(f"\n{w['builds']} interrupted builds completed; rows measured twice for one "
-          f"purpose: {w['rows doubled']}")
+    print(f"\n{w['builds']} interrupted builds completed ({w['resume failed']} failed to "
+          f"resume); rows measured twice for one purpose: {w['rows doubled']}; broken files "
+          f"after completion: {w['broken files']}")
     return 0
 
 
