@@ -16,6 +16,15 @@ arrays (:mod:`nnmeter.predictors.store`; never pickle). ``key`` hashes the fusio
 file, every kernel data file and the settings, so new data or rules retrain
 automatically; a cached predictor loads in well under a second.
 
+Memo
+----
+Within a process, :func:`load_predictor` returns the same predictor object for the same
+arguments (a NAS loop calling :func:`predict` pays for loading once). On every call the
+memo entry is checked against the sizes and modification times of the files it was
+trained from (the kernel data and its folder, the device and calibration records, the
+rules): new data retrains without hashing every row on every call (a few dozen ``stat``
+calls, tens of microseconds). :func:`clear_memo` empties it.
+
 Examples
 --------
 >>> report = predict("examples/mobilenetv2.json", "ort-cpu")       # doctest: +SKIP
@@ -40,7 +49,7 @@ from nnmeter.predictors.model import (
 
 __all__ = ["load_predictor", "predict", "select_backend", "available_predictors",
            "LatencyPredictor", "LatencyReport", "KernelRow", "PredictorSettings",
-           "cache_dir", "CACHE_VERSION"]
+           "cache_dir", "clear_memo", "CACHE_VERSION"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +78,56 @@ def _cache_key(rules_file: Path | None, data_files: list[Path], settings: Predic
     return h.hexdigest()[:16]
 
 
+#: (backend, dataset, device, root, settings, cache, env) -> (predictor, its files' stats)
+_MEMO: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def clear_memo() -> None:
+    """Forget every memoised predictor (the next load reads the cache or trains)."""
+    _MEMO.clear()
+
+
+def _stats(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for p in paths:
+        try:
+            st = p.stat()
+            out.append((str(p), st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((str(p), -1, -1))
+    return tuple(out)
+
+
 def load_predictor(backend_id: str, *, dataset: str | None = None,
                    device: str | None = None,
                    root: str | os.PathLike | None = None,
                    settings: PredictorSettings | None = None,
                    use_cache: bool = True) -> LatencyPredictor:
+    """The predictor of ``backend_id``, memoised per process (see the module doc); the
+    arguments are those of :func:`_load_predictor`."""
+    memo_key = (backend_id, dataset, device, str(root) if root is not None else None,
+                json.dumps((settings or PredictorSettings()).as_dict(), sort_keys=True),
+                use_cache, os.environ.get("NNMETER_FUSION_RULES_DIR"),
+                os.environ.get("NNMETER_DATA"), os.environ.get("NNMETER_CACHE"))
+    hit = _MEMO.get(memo_key)
+    if hit is not None and _files_of(hit[0]) == hit[1]:
+        return hit[0]
+    pred = _load_predictor(backend_id, dataset=dataset, device=device, root=root,
+                           settings=settings, use_cache=use_cache)
+    _MEMO[memo_key] = (pred, _files_of(pred))
+    return pred
+
+
+def _files_of(pred: LatencyPredictor) -> tuple[tuple[str, int, int], ...]:
+    """The stats of the files a predictor was trained from (recorded at load)."""
+    return _stats([Path(p) for p in getattr(pred, "source_files", ())])
+
+
+def _load_predictor(backend_id: str, *, dataset: str | None = None,
+                    device: str | None = None,
+                    root: str | os.PathLike | None = None,
+                    settings: PredictorSettings | None = None,
+                    use_cache: bool = True) -> LatencyPredictor:
     """The predictor of ``backend_id``: from the cache, or trained from the kernel data.
 
     Parameters
@@ -124,7 +178,10 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
         )
     rules = load_rules(backend_id)
     rp = rules_path(backend_id)
-    key = _cache_key(rp if rp.exists() else None, files + _record_files(ds), settings)
+    records = _record_files(ds)
+    key = _cache_key(rp if rp.exists() else None, files + records, settings)
+    # what the memo checks: a new or changed row file, record or rules file
+    sources = [str(p) for p in (rp, ds_dir, *files, *records)]
     where = cache_dir() / dataset / key
     if use_cache and (where / "manifest.json").exists():
         try:
@@ -134,6 +191,7 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
                                     composition=Composition.from_records(meta.get("terms"),
                                                                          TERMS))
             pred.resolution = resolution
+            pred.source_files = sources
             return pred
         except Exception as err:  # noqa: BLE001 - any broken cache is rebuilt, never fatal
             logger.warning("ignoring a broken predictor cache (%s: %s); retraining it",
@@ -156,6 +214,7 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
             pred.meta["cache"] = str(where)
         except OSError as err:
             logger.warning("could not cache the predictor in %s: %s", where, err)
+    pred.source_files = sources
     return pred
 
 

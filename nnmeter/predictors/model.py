@@ -238,6 +238,8 @@ class LatencyPredictor:
         self.meta = dict(meta or {})
         self.composition = composition or Composition()
         self._feature_cache: dict[tuple[str, Any], tuple[Any, ...]] = {}
+        #: (estimator key, id of a feature-cache entry) -> (that entry, predicted ms)
+        self._pred_cache: dict[tuple[str, int], tuple[Any, float]] = {}
         # node names -> [((nodes, outputs), kernels)]
         self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
@@ -248,6 +250,8 @@ class LatencyPredictor:
         self.resolution: Any = None
         #: the device warning already logged (once per predictor), if any
         self.logged_warning: str | None = None
+        #: the files it was trained from (``load_predictor``'s memo checks them)
+        self.source_files: list[str] = []
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -428,14 +432,26 @@ class LatencyPredictor:
                 slot = slot_of[(ktype, id(config))] = (key, i, hit[2], hit[1][1])
                 add_slot(slot)
             slots.append(row_slots)
+        known = self._pred_cache
         for key, (rows, _) in jobs.items():
             col = 1 if key == FALLBACK_KEY else 0
-            X = np.vstack([hit[col] for hit in rows])
-            batch.hot[key] = self.regressors[key].predict(X)
-            if col == 0 and any(hit[5] != 1 for hit in rows):
-                # grouped convolutions: one group's time, once per group (_one_group)
-                batch.hot[key] = batch.hot[key] * np.array([hit[5] for hit in rows])
-            batch.preds[key] = batch.hot[key].tolist()
+            # a row predicted before (same estimator, same cached features) is not sent
+            # to the regressor again: the regressors never change
+            got = [known.get((key, id(hit))) for hit in rows]
+            todo = [i for i, g in enumerate(got) if g is None]
+            if todo:
+                X = np.vstack([rows[i][col] for i in todo])
+                fresh = self.regressors[key].predict(X)
+                if col == 0 and any(rows[i][5] != 1 for i in todo):
+                    # grouped convolutions: one group's time, once per group (_one_group)
+                    fresh = fresh * np.array([rows[i][5] for i in todo])
+                if len(known) > 400_000:
+                    known.clear()
+                for i, v in zip(todo, fresh.tolist()):
+                    got[i] = (rows[i], v)  # the row is kept so that its id stays its own
+                    known[(key, id(rows[i]))] = got[i]
+            batch.preds[key] = [g[1] for g in got]
+            batch.hot[key] = np.array(batch.preds[key])
             batch.hows[key] = "regressor" if key.startswith("type:") else key
         return batch, slots
 
@@ -515,18 +531,22 @@ class LatencyPredictor:
         kernel, the feature, its value and the range seen."""
         from nnmeter.kernels import KERNEL_TYPES
 
-        flagged: dict[str, np.ndarray] = {}
+        flagged: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, (rows, _) in batch.jobs.items():
             reg = self.regressors[key]
             if getattr(reg, "feature_lo_", None) is None:
                 continue
             col = 1 if key == FALLBACK_KEY else 0
-            flagged[key] = np.vstack([hit[col] for hit in rows])
+            X = np.vstack([hit[col] for hit in rows])
+            far = reg.far_outside(X)
+            if far.any():
+                flagged[key] = (X, far)
         out = []
         for k, s in zip(kernels, slots):
-            X = flagged.get(s[0])
-            if X is None:
+            got = flagged.get(s[0])
+            if got is None or not got[1][s[1]].any():
                 continue
+            X, far_rows = got
             reg = self.regressors[s[0]]
             if s[0] == FALLBACK_KEY:
                 names: Sequence[str] = ("FLOPs", "bytes")
@@ -535,7 +555,7 @@ class LatencyPredictor:
                 kt = k.kernel_type if alias == k.type else KERNEL_TYPES.get(alias)
                 names = kt.feature_names
             x = X[s[1]:s[1] + 1]
-            bad = np.flatnonzero(reg.far_outside(x)[0][:len(names)])
+            bad = np.flatnonzero(far_rows[s[1]][:len(names)])
             if bad.size:
                 parts = ", ".join(
                     f"{names[i]}={_num(x[0, i])} (trained {_num(reg.feature_lo_[i])}–"

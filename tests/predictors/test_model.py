@@ -11,7 +11,7 @@ from nnmeter.builder import build_predictor
 from nnmeter.errors import PredictorError
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.ir import GraphBuilder
-from nnmeter.predictors import load_predictor
+from nnmeter.predictors import clear_memo, load_predictor
 from nnmeter.predictors.dataset import kernel_dataset_dir
 from nnmeter.predictors.model import LatencyPredictor
 from nnmeter.predictors.train import train_predictor
@@ -242,6 +242,7 @@ def test_a_broken_cache_is_rebuilt_not_fatal(root, tmp_path, monkeypatch, caplog
         (where / "manifest.json").write_text(json.dumps(m))
     else:
         (where / "manifest.json").write_text("{not json")
+    clear_memo()  # another process: it reads the cache
     with caplog.at_level("WARNING"):
         again = load_predictor("ort-cpu", root=root)
     assert "broken predictor cache" in caplog.text
@@ -250,6 +251,7 @@ def test_a_broken_cache_is_rebuilt_not_fatal(root, tmp_path, monkeypatch, caplog
         pytest.approx(first.predict(g, check_device=False).total_ms, rel=1e-12)
     # the rebuilt cache is whole again: the next load uses it without a warning
     caplog.clear()
+    clear_memo()
     with caplog.at_level("WARNING"):
         load_predictor("ort-cpu", root=root)
     assert "broken predictor cache" not in caplog.text
@@ -262,3 +264,21 @@ def test_kernels_far_outside_the_training_range_are_named(predictor):
     far = predictor.predict(b.build([b.relu(b.bn(b.conv(b.x, 32)))]), check_device=False)
     (w,) = [w for w in far.warnings if "far outside" in w]
     assert "conv-bn-relu" in w and "H=2000" in w and "trained 14–56" in w
+
+
+def test_the_memo_returns_one_predictor_until_its_files_change(root, tmp_path, monkeypatch):
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    RULES.to_json(rules_dir / "ort-cpu.json")
+    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
+    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    first = load_predictor("ort-cpu", root=root)
+    assert load_predictor("ort-cpu", root=root) is first
+    assert load_predictor("ort-cpu", root=root, use_cache=False) is not first
+    import os
+    import time
+
+    rules = rules_dir / "ort-cpu.json"
+    later = time.time() + 5
+    os.utime(rules, (later, later))  # the rules file changed
+    assert load_predictor("ort-cpu", root=root) is not first
