@@ -28,7 +28,7 @@ __all__ = ["load_model", "SUPPORTED_FORMATS"]
 #: What :func:`load_model` accepts, for error messages and ``--help``.
 SUPPORTED_FORMATS = (
     ".onnx", ".tflite", ".keras", ".h5", "SavedModel directory", ".json (nnmeter IR)",
-    "onnx.ModelProto",
+    "onnx.ModelProto", "torch.nn.Module", "keras.Model",
 )
 
 
@@ -45,9 +45,11 @@ def load_model(source: "str | os.PathLike | Any", *,
 
     Parameters
     ----------
-    source : path or onnx.ModelProto or ModelGraph
+    source : path, onnx.ModelProto, torch.nn.Module, keras.Model or ModelGraph
         ``.onnx``, ``.tflite``, ``.keras`` / ``.h5``, a SavedModel directory, a ``.json``
-        IR file, an in-memory ``onnx.ModelProto``; a ModelGraph is returned as is.
+        IR file, an in-memory ``onnx.ModelProto``, a ``torch.nn.Module`` (exported with
+        ``torch.onnx``; ``input_shapes`` required), a ``keras.Model`` object; a
+        ModelGraph is returned as is.
     input_shapes : dict, optional
         ``{input name: shape}`` in the canonical NCHW layout, for models with dynamic
         dimensions (key ``""`` = the first input).
@@ -81,10 +83,17 @@ def _load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
         from nnmeter.frontends.onnx import load_onnx
 
         return load_onnx(source, input_shapes)
+    if _is_instance(source, "torch", "nn.Module"):
+        return _from_torch(source, input_shapes)
+    if _is_instance(source, "keras", "Model"):
+        from nnmeter.frontends.keras import load_keras_model
+
+        return load_keras_model(source, input_shapes=input_shapes)
     if not isinstance(source, (str, os.PathLike)):
         raise ModelLoadError(
-            f"cannot load a model from a {type(source).__name__}; pass a path or an "
-            f"onnx.ModelProto (supported: {', '.join(SUPPORTED_FORMATS)})"
+            f"cannot load a model from a {type(source).__name__}; pass a path, an "
+            f"onnx.ModelProto, a torch.nn.Module or a keras.Model (supported: "
+            f"{', '.join(SUPPORTED_FORMATS)})"
         )
     path = Path(source)
     if not path.exists():
@@ -144,6 +153,41 @@ def _reshaped(graph: Any, input_shapes: Mapping[str, Sequence[int]], path: Path)
     except ShapeInferenceError as err:
         raise ModelLoadError(f"{path}: the graph does not take input shapes "
                              f"{dict(input_shapes)}: {err}") from err
+
+
+def _is_instance(obj: Any, package: str, attr: str) -> bool:
+    """``isinstance(obj, package.attr)`` without importing ``package`` (a model object of
+    a framework means the framework is already imported)."""
+    import sys
+
+    mod = sys.modules.get(package)
+    if mod is None:
+        return False
+    cls: Any = mod
+    for part in attr.split("."):
+        cls = getattr(cls, part, None)
+        if cls is None:
+            return False
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def _from_torch(module: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
+    """A torch.nn.Module through torch.onnx, with zero tensors of ``input_shapes`` (in
+    order; ``""`` or a name for each input) as the example inputs."""
+    import torch
+
+    from nnmeter.frontends.torch import load_torch
+
+    if not input_shapes:
+        raise ModelLoadError(
+            f"a torch.nn.Module ({type(module).__name__}) has no shapes of its own; pass "
+            f"input_shape=(1, 3, 224, 224) (or input_shapes={{name: shape}})")
+    names = [n for n in input_shapes if n] or None
+    if names is not None and len(names) != len(input_shapes):
+        raise ModelLoadError("name every input of a torch module in input_shapes, or give "
+                             "one unnamed shape")
+    inputs = tuple(torch.zeros(tuple(int(d) for d in shape)) for shape in input_shapes.values())
+    return load_torch(module, inputs[0] if len(inputs) == 1 else inputs, input_names=names)
 
 
 def _with_shapes(loader: Any, path: Path, input_shapes: Any) -> Any:

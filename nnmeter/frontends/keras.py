@@ -160,6 +160,28 @@ def _default_shapes(data: bytes, input_shapes: Mapping[str, Sequence[int]] | Non
     return out or None
 
 
+def load_keras_model(model: Any, *,
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
+    """A ``keras.Model`` object (in memory, not saved) as a ModelGraph, converted like
+    :func:`load_keras` converts a saved one.
+
+    Raises
+    ------
+    ModelLoadError
+        If the model cannot be converted.
+    """
+    tf = _tf()
+    name = getattr(model, "name", None) or type(model).__name__
+    data = _convert(lambda: tf.lite.TFLiteConverter.from_keras_model(model), f"model {name!r}")
+    shapes = _default_shapes(data, input_shapes, f"model {name!r}")
+    graph = load_tflite(data, input_shapes=shapes)
+    graph.name = name
+    _annotate(graph, _layer_names(model), "keras")
+    graph.meta["source"] = {**graph.meta.get("source", {}), "framework": "keras",
+                            "object": type(model).__name__, "via": "tflite"}
+    return graph
+
+
 def load_keras(path: str | os.PathLike[str], *,
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> ModelGraph:
     """Load a Keras model (``.keras`` / ``.h5``) or a SavedModel directory as a ModelGraph.

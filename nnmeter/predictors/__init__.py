@@ -246,11 +246,24 @@ def available_predictors(root: str | os.PathLike | None = None) -> list[str]:
     return sorted({d.backend_id for d in device_datasets(None, root)})
 
 
-def predict(model: Any, backend_id: str, **kwargs: Any) -> LatencyReport:
-    """Predict ``model`` (ModelGraph or a model file) on ``backend_id``.
+def predict(model: Any, backend_id: str, *, input_shape: Any = None,
+            input_shapes: Any = None, **kwargs: Any) -> LatencyReport:
+    """Predict ``model`` on ``backend_id``: a ModelGraph, a model file, an
+    ``onnx.ModelProto``, a ``torch.nn.Module`` or a ``keras.Model``
+    (:func:`nnmeter.frontends.load_model`).
 
-    ``kwargs`` go to :func:`load_predictor`.
+    ``input_shape`` (one input, NCHW, batch included) or ``input_shapes`` (``{name:
+    shape}``) fix the input; a torch module needs one. ``kwargs`` go to
+    :func:`load_predictor`.
     """
+    if input_shape is not None:
+        if input_shapes is not None:
+            raise TypeError("pass input_shape or input_shapes, not both")
+        input_shapes = {"": tuple(input_shape)}
+    if input_shapes is not None or not hasattr(model, "nx"):
+        from nnmeter.frontends import load_model
+
+        model = load_model(model, input_shapes=input_shapes)
     return load_predictor(backend_id, **kwargs).predict(model)
 
 

@@ -106,3 +106,15 @@ def test_corrupt_keras_file_is_model_load_error(keras_files, tmp_path):
     bad.write_bytes((keras_files / "tiny.keras").read_bytes()[:200])
     with pytest.raises(ModelLoadError):
         load_keras(bad)
+
+
+@pytest.mark.integration
+def test_a_keras_model_object_loads_like_its_file(keras_files):
+    import keras
+
+    from nnmeter.frontends import load_model
+
+    model = keras.models.load_model(str(keras_files / "tiny.keras"), compile=False)
+    g = load_model(model)
+    assert g.name == "tiny" and g.meta["source"]["object"] in ("Functional", "Model")
+    assert g.op_counts() == load_keras(keras_files / "tiny.keras").op_counts()
