@@ -374,7 +374,9 @@ def report(args: argparse.Namespace) -> int:
         table.append({"model": n, "family": manifest[n]["family"], "measured_ms": true,
                       "predicted_ms": rpt.total_ms, "error": rpt.total_ms / true - 1,
                       "kernels": len(rpt.rows), "uncovered": len(rpt.uncovered),
-                      "repeatable": rep})
+                      "repeatable": rep, "interval_ms": rpt.interval_ms,
+                      "in_interval": (rpt.interval_ms[0] <= true <= rpt.interval_ms[1])
+                      if rpt.interval_ms else None})
     if not table:
         sys.exit(f"error: nothing measured for {args.backend}; run 'measure' first")
     err = np.array([t["error"] for t in table])
@@ -386,6 +388,10 @@ def report(args: argparse.Namespace) -> int:
                "mape": float(np.mean(np.abs(err))),
                "repeatability_10": float(np.mean(reps)) if reps else None,
                "not_predicted": failed}
+    inside = [t["in_interval"] for t in table if t["in_interval"] is not None]
+    if inside:
+        summary["interval_coverage"] = float(np.mean(inside))
+        summary["interval_level"] = pred.intervals.level
     if control:
         from nnmeter import zoo
 
@@ -413,6 +419,9 @@ def report(args: argparse.Namespace) -> int:
     print(f"\n{summary['n']} models: {100 * summary['within_10']:.1f} % within ±10 %, "
           f"{100 * summary['within_5']:.1f} % within ±5 %, MAPE {100 * summary['mape']:.1f} %; "
           f"repeatability (two passes within ±10 %) {rep_s}")
+    if inside:
+        print(f"{100 * summary['interval_level']:.0f} % prediction interval covers "
+              f"{100 * summary['interval_coverage']:.1f} % of the {len(inside)} models")
     if control:
         c = summary["control"]
         print(f"control, the zoo's {c['n']} base models measured in the same session: "

@@ -165,7 +165,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         inside = (f"  ({t.kernel_ms:+.4f} ms inside {t.kernels} kernel row(s))"
                   if t.kernels else "")
         print(f"  + {t.label:<{width}s} {t.ms:.4f} ms{inside}")
-    print(f"predicted total: {report.total_ms:.3f} ms")
+    band = ""
+    if report.interval_ms:
+        lo, hi = report.interval_ms
+        band = f" ({100 * report.interval_level:.0f} % interval {lo:.3f}–{hi:.3f} ms)"
+    print(f"predicted total: {report.total_ms:.3f} ms{band}")
     if args.measure:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "
               f"{100 * (out['measured_spread'] or 0):.1f} %; {out['measured_model']})")

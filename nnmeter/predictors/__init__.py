@@ -161,6 +161,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     from nnmeter.devices.datasets import resolve
     from nnmeter.predictors.train import train_predictor
     from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer, train_transfer
+    from nnmeter.predictors.intervals import INTERVALS_FILE, read_intervals
 
     settings = settings or PredictorSettings()
     resolution = None
@@ -181,7 +182,8 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     records = _record_files(ds)
     key = _cache_key(rp if rp.exists() else None, files + records, settings)
     # what the memo checks: a new or changed row file, record or rules file
-    sources = [str(p) for p in (rp, ds_dir, *files, *records)]
+    sources = [str(p) for p in (rp, ds_dir, ds_dir / INTERVALS_FILE, *files, *records)]
+    intervals = read_intervals(ds_dir)
     where = cache_dir() / dataset / key
     if use_cache and (where / "manifest.json").exists():
         try:
@@ -192,6 +194,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
                                                                          TERMS))
             pred.resolution = resolution
             pred.source_files = sources
+            pred.intervals = intervals
             return pred
         except Exception as err:  # noqa: BLE001 - any broken cache is rebuilt, never fatal
             logger.warning("ignoring a broken predictor cache (%s: %s); retraining it",
@@ -215,6 +218,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
         except OSError as err:
             logger.warning("could not cache the predictor in %s: %s", where, err)
     pred.source_files = sources
+    pred.intervals = intervals
     return pred
 
 

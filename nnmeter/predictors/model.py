@@ -103,12 +103,15 @@ class KernelRow:
     estimated_by: str
     base_ms: float | None = None
     terms: tuple[str, ...] = ()
+    #: (lo, hi) ms at the report's ``interval_level``; None without calibrated intervals
+    interval_ms: tuple[float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"type": self.type, "nodes": list(self.nodes), "features": list(self.features),
                 "predicted_ms": self.predicted_ms, "estimated_by": self.estimated_by,
                 "base_ms": self.predicted_ms if self.base_ms is None else self.base_ms,
-                "terms": list(self.terms)}
+                "terms": list(self.terms),
+                "interval_ms": list(self.interval_ms) if self.interval_ms else None}
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,10 @@ class LatencyReport:
         Every composition term of the predictor, in order: what it adds once per model
         (``ms``, part of ``total_ms``) and what it changed inside the kernel rows
         (``kernel_ms``, already in their ``predicted_ms``).
+    interval_ms, interval_level : (float, float) and float, or None
+        The prediction interval of ``total_ms`` and its coverage level
+        (:mod:`nnmeter.predictors.intervals`); None when the device has no calibrated
+        intervals. Every row carries its own ``interval_ms`` too.
     """
 
     total_ms: float
@@ -163,6 +170,8 @@ class LatencyReport:
     device_name: str = ""
     device_selection: str = ""
     device_differences: tuple[str, ...] = ()
+    interval_ms: tuple[float, float] | None = None
+    interval_level: float | None = None
 
     def by_type(self) -> dict[str, tuple[int, float]]:
         """Kernel type → (count, summed predicted ms)."""
@@ -181,6 +190,8 @@ class LatencyReport:
                 "device_selection": self.device_selection,
                 "device_mismatch": self.device_mismatch,
                 "device_differences": list(self.device_differences),
+                "interval_ms": list(self.interval_ms) if self.interval_ms else None,
+                "interval_level": self.interval_level,
                 "warnings": list(self.warnings)}
 
 
@@ -252,6 +263,8 @@ class LatencyPredictor:
         self.logged_warning: str | None = None
         #: the files it was trained from (``load_predictor``'s memo checks them)
         self.source_files: list[str] = []
+        #: calibrated prediction intervals (:mod:`nnmeter.predictors.intervals`) or None
+        self.intervals: Any = None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -473,21 +486,25 @@ class LatencyPredictor:
         view = ModelView(graph, kernels, list(base), batch=batch, slots=slots)
         term_ms = self.composition.assemble(view)
         absorbed = view.absorbed
+        iv = self.intervals
         rows, uncovered = [], []
         for j, (k, s) in enumerate(zip(kernels, slots)):
             ms, how, feats = view.ms[j], batch.hows[s[0]], s[2]
             used = tuple(view.adjusted.get(j, ()))
             if j in absorbed:  # runs inside another kernel: no time of its own
                 rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()), ms,
-                                      f"absorbed:{kernels[absorbed[j]].type}", base[j], used))
+                                      f"absorbed:{kernels[absorbed[j]].type}", base[j], used,
+                                      (0.0, 0.0) if iv is not None else None))
                 continue
             if not (math.isfinite(ms) and ms > 0):
                 raise PredictorError(
                     f"kernel {k.type} over {list(k.nodes)} got estimate {ms} ms from {how}; "
                     f"every kernel must get a positive time. Retrain the predictor"
                 )
+            band = iv.row(self.regressor_type(k.type), ms, own_regressor=how == "regressor") \
+                if iv is not None else None
             rows.append(KernelRow(k.type, tuple(k.nodes), tuple(feats.tolist()), ms, how,
-                                  base[j], used))
+                                  base[j], used, band))
             if how != "regressor" and not self._family_by_choice(
                     self.regressor_type(k.type), how):
                 uncovered.append({"type": k.type, "nodes": list(k.nodes), "estimated_by": how,
@@ -522,6 +539,8 @@ class LatencyPredictor:
             model=getattr(graph, "name", ""), device_name=self.device_name,
             device_selection=res.how if res is not None else "",
             device_differences=tuple(diffs),
+            interval_ms=iv.total(total) if iv is not None else None,
+            interval_level=iv.level if iv is not None else None,
         )
 
     def _far_outside(self, kernels: Sequence[Any], batch: _Batch,
@@ -562,6 +581,12 @@ class LatencyPredictor:
                     f"{_num(reg.feature_hi_[i])})" for i in bad[:2])
                 out.append(f"{k.type} {k.nodes[0]!r}: {parts}")
         return out
+
+    def interval(self, total_ms: float) -> tuple[float, float] | None:
+        """The prediction interval of a model predicted at ``total_ms`` (for
+        :meth:`predict_many`'s figures), at ``self.intervals.level``; None without
+        calibrated intervals."""
+        return self.intervals.total(total_ms) if self.intervals is not None else None
 
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
