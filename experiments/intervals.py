@@ -3,7 +3,7 @@
 Usage::
 
   python experiments/intervals.py calibrate --backend ort-cpu [--seed 1000] [--level 0.9]
-  python experiments/intervals.py report --backend ort-cpu [--seed 2000] [--json]
+  python experiments/intervals.py report --backend ort-cpu [--seed 2000] [--json] [--plot F]
 
 ``calibrate`` writes ``intervals.json`` into this machine's kernel dataset of the backend
 (``datasets/kernels/<backend>@<device>/``): per kernel type, split-conformal bounds of the
@@ -98,6 +98,11 @@ def report(args: argparse.Namespace) -> int:
            "families": {f: {"n": int((fams == f).sum()),
                             "coverage": float(inside[fams == f].mean())}
                         for f in sorted(set(fams))}}
+    if args.plot:
+        from nnmeter.plots import predicted_vs_measured
+
+        out["plot"] = str(predicted_vs_measured(
+            p, t, fams, args.plot, title=f"{args.backend}@{pred.device_name} seed {args.seed}"))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -120,6 +125,8 @@ def main() -> int:
         p.add_argument("--seed", type=int, default=seed)
         p.add_argument("--level", type=float, default=0.9)
         p.add_argument("--json", action="store_true")
+        p.add_argument("--plot", default=None, metavar="FILE",
+                       help="report: predicted against measured per family to FILE")
     args = ap.parse_args()
     return calibrate(args) if args.cmd == "calibrate" else report(args)
 

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "machine's predictor, else the nearest device's (with a warning)")
     p.add_argument("--dataset", default=None,
                    help="kernel dataset folder under datasets/kernels (overrides --device)")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="also draw the time per kernel type (with intervals) to FILE "
+                        "(.png, .svg or .pdf)")
     add_json(p)
     p.set_defaults(func=_cmd_predict)
 
@@ -119,6 +122,15 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     predictor = load_predictor(args.backend, dataset=args.dataset, device=args.device)
     report = predictor.predict(graph)
     out: dict[str, Any] = report.as_dict()
+    if args.plot:
+        from pathlib import Path
+
+        from nnmeter.commands._common import UsageError
+        from nnmeter.plots import kernel_type_bars
+
+        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise UsageError(f"--plot {args.plot}: give a .png, .svg or .pdf file name")
+        out["plot"] = str(kernel_type_bars(report, args.plot))
     if args.measure:
         m, what = _measure(args, graph, args.backend)
         out["measured_model"] = what
@@ -174,6 +186,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "
               f"{100 * (out['measured_spread'] or 0):.1f} %; {out['measured_model']})")
         print(f"error:           {out['error_percent']:+.1f} %")
+    if args.plot:
+        print(f"plot: {out['plot']}")
     for w in out["warnings"]:
         if w != predictor.logged_warning:  # the device warning is logged once already
             print(f"warning: {w}", file=sys.stderr)

@@ -1,0 +1,40 @@
+"""The figures are drawn and written (files with the format's signature)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nnmeter import plots
+from nnmeter.predictors.model import KernelRow, LatencyReport
+
+PNG = b"\x89PNG"
+
+
+def _report(with_intervals: bool) -> LatencyReport:
+    rows = tuple(KernelRow(t, (f"n{i}",), (), ms, "regressor",
+                           interval_ms=(0.9 * ms, 1.2 * ms) if with_intervals else None)
+                 for i, (t, ms) in enumerate([("conv-bn-relu", 1.0), ("conv-bn-relu", 2.0),
+                                              ("relu", 0.1), ("fc", 0.5)]))
+    return LatencyReport(total_ms=3.6, rows=rows, uncovered=(), backend_id="ort-cpu",
+                         device=None, model="m", interval_ms=(3.3, 4.0) if with_intervals
+                         else None, interval_level=0.9 if with_intervals else None)
+
+
+@pytest.mark.parametrize("with_intervals", [True, False])
+def test_kernel_type_bars(tmp_path, with_intervals):
+    path = plots.kernel_type_bars(_report(with_intervals), tmp_path / "bars.png", top=2)
+    assert path.read_bytes()[:4] == PNG
+
+
+def test_predicted_vs_measured_and_svg(tmp_path):
+    path = plots.predicted_vs_measured([1.0, 2.2, 9.0], [1.1, 2.0, 10.0], ["a", "a", "b"],
+                                       tmp_path / "sub" / "scatter.svg", title="t")
+    assert path.read_text().lstrip().startswith("<?xml")
+
+
+def test_sampling_curves(tmp_path):
+    rounds = [{"kernel_type": "relu", "n_measured_total": n, "cv_acc10": a}
+              for n, a in ((20, 0.5), (40, 0.8), (60, 0.9))] + [{"kernel_type": "fc"}]
+    assert plots.sampling_curves(rounds, tmp_path / "s.png").read_bytes()[:4] == PNG
+    with pytest.raises(ValueError, match="no sampling rounds"):
+        plots.sampling_curves([{"kernel_type": "fc"}], tmp_path / "x.png")
