@@ -11,7 +11,8 @@ next trial starts on a new dataset, until every phase has ``--per-phase`` kills 
   the predictor cache): they are written atomically;
 - every row file reads, with at most one fragment (the row in flight) set aside;
 - every row on disk at the moment of the kill is still there, in order, after the build
-  resumes and completes (nothing lost);
+  resumes and completes (nothing lost; a calibration's points file counts as kept once
+  its complete record replaces it, as designed);
 - no kernel configuration is measured twice for the same purpose (nothing doubled).
 
 Usage::
@@ -136,10 +137,22 @@ def doubled(ds: Path) -> int:
     return n
 
 
-def lost(before: dict[str, list[str]], after: dict[str, list[str]]) -> int:
-    """Rows on disk at the kill that the completed build no longer has as its prefix."""
+def lost(before: dict[str, list[str]], after: dict[str, list[str]], ds: Path) -> int:
+    """Rows on disk at the kill that the completed build no longer has as its prefix.
+
+    A calibration's points file (``<record>.points.jsonl``) is removed by design once
+    its complete record is written: its rows count as kept when the record exists and
+    is no longer partial."""
     n = 0
     for name, rows in before.items():
+        if name.endswith(".points.jsonl") and name not in after:
+            record = ds / name.replace(".points.jsonl", ".json")
+            try:
+                done = not json.loads(record.read_text()).get("partial")
+            except (OSError, ValueError):
+                done = False
+            n += 0 if done else sum(1 for r in rows if _parses(r))
+            continue
         now = after.get(name, [])
         good = [r for r in rows if _parses(r)]
         keep = [r for r in now if _parses(r)]
@@ -231,7 +244,7 @@ def main() -> int:
             continue
         final = snapshot(ds)
         for ph, before in snapshots:
-            stats[ph]["rows lost"] += lost(before, final)
+            stats[ph]["rows lost"] += lost(before, final, ds)
         w = stats.setdefault("(whole builds)", Counter())
         w["builds"] += 1
         w["rows doubled"] += doubled(ds)

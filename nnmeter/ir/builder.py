@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nnmeter.ir.graph import ModelGraph, Ref
+from nnmeter.ir.graph import ModelGraph, Node, Ref, as_ref
 from nnmeter.ir.ops import (
-    BNAttrs, ChannelShuffleAttrs, ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs,
+    ATTRS_BY_OP, BNAttrs, ChannelShuffleAttrs, ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs,
     FCAttrs, FlattenAttrs, GapAttrs, LayerNormAttrs, NoAttrs, PadAttrs, PoolAttrs,
     ReshapeAttrs, ResizeAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs,
 )
@@ -69,16 +69,24 @@ class GraphBuilder:
             ports: int = 1) -> Ref | list[Ref]:
         """Add any op; returns its Ref (or a list of Refs when ``ports`` > 1)."""
         node_name = self._name(op, name)
-        node = self.graph.add_node(node_name, op, attrs, inputs)
-        ins = tuple(self.graph.shape_of(r) for r in node.inputs)
-        try:
-            outs = infer_node(node, ins)
-        except Exception:
-            # Leave the graph as it was, so that a caught error does not leave a node
-            # without shapes behind.
-            self.graph.remove(node_name)
-            raise
-        self.graph.replace(node_name, input_shapes=ins, output_shapes=tuple(map(tuple, outs)))
+        g = self.graph
+        cls = ATTRS_BY_OP.get(op)
+        refs = tuple(as_ref(i) for i in inputs)
+        if (cls is None or (attrs is not None and not isinstance(attrs, cls))
+                or node_name in g or any(r.node not in g for r in refs)):
+            # the slow path, for its errors: add_node says what is wrong
+            g.add_node(node_name, op, attrs, refs)
+        if attrs is None:
+            try:
+                attrs = cls()
+            except TypeError:
+                g.add_node(node_name, op, None, refs)  # raises, naming the attributes
+        ins = tuple(g.shape_of(r) for r in refs)
+        # shapes first, then one add_node with them (a NAS loop builds many graphs)
+        outs = tuple(tuple(int(d) for d in s)
+                     for s in infer_node(Node(node_name, op, attrs, refs), ins))
+        # every add_node check was made above: store it directly
+        g._insert(Node(node_name, op, attrs, refs, ins, outs))
         if len(outs) > 1:
             return [Ref(node_name, i) for i in range(len(outs))]
         return Ref(node_name, 0)

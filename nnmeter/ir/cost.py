@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -172,14 +173,32 @@ def node_cost(node: Node, dtype: str = "float32") -> NodeCost:
     )
 
 
+#: node cost by (op, attrs, input shapes, output shapes, dtype) (see graph_cost)
+_COSTS: dict[tuple[Any, ...], NodeCost] = {}
+
+
 def graph_cost(graph: ModelGraph) -> GraphCost:
     """Totals of :func:`node_cost` over every node of a shape-inferred graph."""
     macs = flops = params = stored = mem = 0
     unknown: list[str] = []
+    memo = _COSTS
+    dtype = graph.dtype
     for node in graph.topological_nodes():
         if not node.output_shapes:
             raise ValueError(f"node {node.name!r} has no shapes; run infer_shapes first")
-        c = node_cost(node, graph.dtype)
+        # a node's cost depends on its op, attributes, shapes and dtype only: NAS
+        # spaces repeat the same nodes across cells and candidates
+        key = (node.op, node.attrs, node.input_shapes, node.output_shapes, dtype)
+        try:
+            c = memo.get(key)
+        except TypeError:  # attributes that do not hash
+            key, c = None, None
+        if c is None:
+            c = node_cost(node, dtype)
+            if key is not None:
+                if len(memo) > 100_000:
+                    memo.clear()
+                memo[key] = c
         macs += c.macs
         flops += c.flops
         params += c.params

@@ -186,9 +186,25 @@ class ModelGraph:
             source=dict(source or {}),
             meta=dict(meta or {}),
         )
-        self.nx.add_node(name, node=node, order=next(self._order))
-        for ref in refs:
-            self.nx.add_edge(ref.node, name)
+        return self._insert(node)
+
+    def _insert(self, node: Node) -> Node:
+        """Store ``node`` and its input edges, unchecked: for callers that checked
+        everything :meth:`add_node` checks (the GraphBuilder, a NAS loop's hot path)."""
+        G = self.nx
+        name = node.name
+        # what DiGraph.add_node and add_edge do for a new node whose producers exist,
+        # without their per-call checks (the edges are a third of building a graph)
+        succ, pred = G._succ, G._pred
+        succ[name] = G.adjlist_inner_dict_factory()
+        mine = pred[name] = G.adjlist_inner_dict_factory()
+        attrs = G._node[name] = G.node_attr_dict_factory()
+        attrs["node"], attrs["order"] = node, next(self._order)
+        for ref in node.inputs:
+            if name not in succ[ref.node]:
+                succ[ref.node][name] = mine[ref.node] = G.edge_attr_dict_factory()
+        if cache := getattr(G, "__networkx_cache__", None):
+            cache.clear()
         self._topo = None
         return node
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnmeter.ir.builder import GraphBuilder
-from nnmeter.ir.graph import ModelGraph, Ref
+from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.zoo.base import Family
 
 __all__ = ["NASBench201Config", "NASBench201Family", "CANDIDATE_OPS", "EDGES", "NUM_CELLS",
@@ -157,6 +157,23 @@ def _cell(b: GraphBuilder, x: Ref, cell: tuple[str, ...], name: str) -> Ref:
     return refs[3]
 
 
+def _clone_cell(b: GraphBuilder, template: tuple, prefix: str, x: Ref) -> Ref:
+    """A copy of the cell ``template`` = (its name prefix, its input, its nodes, its
+    output) named ``prefix`` and reading ``x`` (of the template input's shape): the same
+    nodes as :func:`_cell` would add, without building and inferring them again."""
+    src, x_src, nodes, out = template
+    cut = len(src)
+
+    def ref(r: Ref) -> Ref:
+        return x if r == x_src else Ref(prefix + r.node[cut:], r.port)
+
+    g = b.graph
+    for n in nodes:
+        g._insert(Node(prefix + n.name[cut:], n.op, n.attrs, tuple(ref(r) for r in n.inputs),
+                       n.input_shapes, n.output_shapes))
+    return ref(out)
+
+
 def _reduction(b: GraphBuilder, x: Ref, c: int, name: str) -> Ref:
     y = _relu_conv_bn(b, x, c, 3, 2, f"{name}.conv_a")
     y = _relu_conv_bn(b, y, c, 3, 1, f"{name}.conv_b")
@@ -188,8 +205,17 @@ class NASBench201Family(Family):
             if s > 0:
                 y = _reduction(b, y, c, f"cells.{k}")
                 k += 1
+            template = None
             for _ in range(config.cells_per_stage):
-                y = _cell(b, y, config.cell, f"cells.{k}")
+                if template is None:
+                    before = len(b.graph)
+                    out = _cell(b, y, config.cell, f"cells.{k}")
+                    added = list(b.graph.nx._node.values())[before:]  # insertion order
+                    template = (f"cells.{k}", y, [d["node"] for d in added], out)
+                    y = out
+                else:
+                    # the stage's other cells are the same cell on the same shapes: copies
+                    y = _clone_cell(b, template, f"cells.{k}", y)
                 k += 1
         y = b.bn(y, name="lastact.bn")
         y = b.relu(y, name="lastact.relu")
