@@ -73,6 +73,75 @@ class ForestArrays:
             depth=depth,
         )
 
+    @classmethod
+    def from_lightgbm_text(cls, text: str) -> "ForestArrays":
+        """The trees of a LightGBM regression model's text format (``model_to_string``)
+        as flat arrays; the model's prediction is :meth:`predict` times the tree count
+        (LightGBM sums its trees; their shrinkage is already in the leaf values).
+
+        Only numerical splits without a zero-as-missing rule are read (what nnmeter
+        trains: finite features, LightGBM's defaults); anything else, or text that is
+        not such a model, raises ValueError.
+        """
+        head, _, body = text.partition("\nTree=")
+        if "objective=regression" not in head or not body:
+            raise ValueError("not a LightGBM regression model text")
+        lefts, rights, feats, thrs, vals, roots = [], [], [], [], [], []
+        offset = 0
+        depth = 0
+        for block in ("Tree=" + body).split("\nTree=")[0:]:
+            block = block.split("end of trees")[0]
+            fields = dict(line.split("=", 1) for line in block.strip().splitlines()
+                          if "=" in line)
+            if "leaf_value" not in fields:
+                continue
+            leaves = [float(v) for v in fields["leaf_value"].split()]
+            n_leaf = int(fields["num_leaves"])
+            if len(leaves) != n_leaf or int(fields.get("num_cat", 0)):
+                raise ValueError("categorical splits or an inconsistent tree")
+            n_int = n_leaf - 1
+            if n_int == 0:
+                lefts.append([offset])
+                rights.append([offset])
+                feats.append([0])
+                thrs.append([0.0])
+                vals.append(leaves)
+                roots.append(offset)
+                offset += 1
+                continue
+            split = [int(v) for v in fields["split_feature"].split()]
+            thr = [float(v) for v in fields["threshold"].split()]
+            dtype = [int(v) for v in fields["decision_type"].split()]
+            lc = [int(v) for v in fields["left_child"].split()]
+            rc = [int(v) for v in fields["right_child"].split()]
+            if not (len(split) == len(thr) == len(dtype) == len(lc) == len(rc) == n_int):
+                raise ValueError("an inconsistent tree")
+            if any(d & 1 or (d >> 2) & 3 == 1 for d in dtype):
+                raise ValueError("categorical or zero-as-missing splits")
+
+            def node(c: int) -> int:  # LightGBM: c >= 0 an internal node, ~c a leaf
+                return offset + (c if c >= 0 else n_int + ~c)
+
+            leaf_ids = [offset + n_int + j for j in range(n_leaf)]
+            lefts.append([node(c) for c in lc] + leaf_ids)
+            rights.append([node(c) for c in rc] + leaf_ids)
+            feats.append(split + [0] * n_leaf)
+            thrs.append(thr + [0.0] * n_leaf)
+            vals.append([0.0] * n_int + leaves)
+            roots.append(offset)
+            depth = max(depth, n_int)
+            offset += n_int + n_leaf
+        if not roots:
+            raise ValueError("no trees in the model text")
+        return cls(
+            left=np.concatenate([np.asarray(a, np.int64) for a in lefts]).astype(np.int32),
+            right=np.concatenate([np.asarray(a, np.int64) for a in rights]).astype(np.int32),
+            feature=np.concatenate([np.asarray(a, np.int64) for a in feats]).astype(np.int32),
+            threshold=np.concatenate([np.asarray(a, float) for a in thrs]),
+            value=np.concatenate([np.asarray(a, float) for a in vals]),
+            roots=np.asarray(roots, dtype=np.int32), depth=depth,
+        )
+
     @property
     def n_trees(self) -> int:
         return int(self.roots.size)

@@ -320,20 +320,37 @@ class LightGBMKernelRegressor(KernelRegressor):
         }
         data = lgb.Dataset(X, t, params={"min_data_in_bin": 1, "verbose": -1})
         booster = lgb.train(params, data, num_boost_round=self.n_estimators)
-        self.model_text_ = booster.model_to_string()
-        self.booster_ = booster
+        self._load_text(booster.model_to_string())
+
+    def _load_text(self, text: str) -> None:
+        """Keep the model text and its trees as arrays: prediction walks the arrays in
+        numpy (the same sums as LightGBM's, without importing it, which takes a second
+        and scikit-learn with it, on every CLI start); a model with splits the arrays do
+        not read is predicted by LightGBM itself."""
+        self.model_text_ = text
+        try:
+            self.trees_: ForestArrays | None = ForestArrays.from_lightgbm_text(text)
+        except ValueError:
+            self.trees_ = None
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.booster_.predict(X, num_threads=1), dtype=np.float64)
+        if self.trees_ is not None:
+            return self.trees_.predict(X) * self.trees_.n_trees
+        return np.asarray(self.booster().predict(X, num_threads=1), dtype=np.float64)
+
+    def booster(self) -> Any:
+        """The LightGBM Booster of the model text (loaded on first use)."""
+        if getattr(self, "booster_", None) is None:
+            import lightgbm as lgb
+
+            self.booster_ = lgb.Booster(model_str=self.model_text_)
+        return self.booster_
 
     def _get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {"model_text": np.frombuffer(self.model_text_.encode(), dtype=np.uint8)}
 
     def _set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        import lightgbm as lgb
-
-        self.model_text_ = bytes(np.asarray(arrays["model_text"], dtype=np.uint8)).decode()
-        self.booster_ = lgb.Booster(model_str=self.model_text_)
+        self._load_text(bytes(np.asarray(arrays["model_text"], dtype=np.uint8)).decode())
 
 
 @REGRESSORS.register("linear")

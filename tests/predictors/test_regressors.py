@@ -85,3 +85,33 @@ def test_default_params_table():
     assert default_params("maxpool")["max_depth"] == 25
     reg = make_regressor("dwconv-bn-relu", n_estimators=7)
     assert reg.n_estimators == 7 and reg.max_depth == 40
+
+
+def test_lightgbm_trees_as_arrays_match_lightgbm_itself():
+    import lightgbm as lgb
+
+    from nnmeter.predictors.regressors import LightGBMKernelRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(1, 300, (300, 5))
+    X[:, 2] = rng.integers(0, 2, 300)  # a flag column, as kernel features have
+    y = X[:, 0] * X[:, 1] / 1e3 + 0.01
+    reg = LightGBMKernelRegressor(n_estimators=200).fit(X, y)
+    assert reg.trees_ is not None and reg.trees_.n_trees == 200
+    Xt = rng.uniform(0, 400, (400, 5))
+    Xt[:, 2] = rng.integers(0, 2, 400)
+    raw = lgb.Booster(model_str=reg.model_text_).predict(Xt)
+    expect = np.exp(raw + reg._offset(Xt))
+    assert np.allclose(reg.predict(Xt), expect, rtol=1e-12)
+
+
+def test_lightgbm_text_the_arrays_cannot_read_falls_back_to_lightgbm():
+    from nnmeter.predictors.forest import ForestArrays
+
+    with pytest.raises(ValueError):
+        ForestArrays.from_lightgbm_text("tree\nobjective=binary\n\nTree=0\n")
+    with pytest.raises(ValueError, match="categorical"):
+        ForestArrays.from_lightgbm_text(
+            "tree\nobjective=regression\n\nTree=0\nnum_leaves=2\nnum_cat=1\n"
+            "split_feature=0\nthreshold=1\ndecision_type=1\nleft_child=-1\n"
+            "right_child=-2\nleaf_value=1 2\n")
