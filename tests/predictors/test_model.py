@@ -129,13 +129,20 @@ def test_a_cpu_of_the_same_name_with_another_isa_warns(predictor, monkeypatch):
     assert same.check_device() == (False, ())
 
 
-def test_load_predictor_trains_then_uses_cache(root, tmp_path, monkeypatch):
+@pytest.fixture
+def rules_env(tmp_path, monkeypatch):
+    """The test rules in their own folder and a cache of the test's own."""
     rules_dir = tmp_path / "rules"
     rules_dir.mkdir()
     RULES.to_json(rules_dir / "ort-cpu.json")
     monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
     monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+    return rules_dir
+
+
+def test_load_predictor_trains_then_uses_cache(root, tmp_path, rules_env):
     first = load_predictor("ort-cpu", root=root)
+    clear_memo()  # another process: it reads the cache
     cached = load_predictor("ort-cpu", root=root)
     assert "cache" in cached.meta
     g = _model()
@@ -219,14 +226,9 @@ def test_a_grouped_conv_is_one_groups_conv_once_per_group(predictor):
 
 
 @pytest.mark.parametrize("damage", ["arrays", "manifest-field", "manifest-json"])
-def test_a_broken_cache_is_rebuilt_not_fatal(root, tmp_path, monkeypatch, caplog, damage):
+def test_a_broken_cache_is_rebuilt_not_fatal(root, rules_env, caplog, damage):
     import json
 
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    RULES.to_json(rules_dir / "ort-cpu.json")
-    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
-    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
     first = load_predictor("ort-cpu", root=root)
     where = first.meta["cache"]
     import pathlib
@@ -266,19 +268,14 @@ def test_kernels_far_outside_the_training_range_are_named(predictor):
     assert "conv-bn-relu" in w and "H=2000" in w and "trained 14–56" in w
 
 
-def test_the_memo_returns_one_predictor_until_its_files_change(root, tmp_path, monkeypatch):
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    RULES.to_json(rules_dir / "ort-cpu.json")
-    monkeypatch.setenv("NNMETER_FUSION_RULES_DIR", str(rules_dir))
-    monkeypatch.setenv("NNMETER_CACHE", str(tmp_path / "cache"))
+def test_the_memo_returns_one_predictor_until_its_files_change(root, rules_env):
     first = load_predictor("ort-cpu", root=root)
     assert load_predictor("ort-cpu", root=root) is first
     assert load_predictor("ort-cpu", root=root, use_cache=False) is not first
     import os
     import time
 
-    rules = rules_dir / "ort-cpu.json"
+    rules = rules_env / "ort-cpu.json"
     later = time.time() + 5
     os.utime(rules, (later, later))  # the rules file changed
     assert load_predictor("ort-cpu", root=root) is not first
