@@ -40,6 +40,17 @@ def same_pads(kernel: int | Sequence[int], dilation: int = 1) -> tuple[int, int,
     return (ph, pw, dilation * (kh - 1) - ph, dilation * (kw - 1) - pw)
 
 
+class _Probe:
+    """What shape inference reads of a node, before the node exists (a frozen Node costs
+    more to make, and the builder makes the real one once its shapes are known)."""
+
+    __slots__ = ("name", "op", "attrs", "inputs", "input_shapes", "output_shapes")
+
+    def __init__(self, name: str, op: str, attrs: object, inputs: tuple, ins: tuple) -> None:
+        self.name, self.op, self.attrs, self.inputs = name, op, attrs, inputs
+        self.input_shapes, self.output_shapes = ins, ()
+
+
 class GraphBuilder:
     """Build a ModelGraph node by node. ``self.x`` is the (first) input."""
 
@@ -84,7 +95,7 @@ class GraphBuilder:
         ins = tuple(g.shape_of(r) for r in refs)
         # shapes first, then one add_node with them (a NAS loop builds many graphs)
         outs = tuple(tuple(int(d) for d in s)
-                     for s in infer_node(Node(node_name, op, attrs, refs), ins))
+                     for s in infer_node(_Probe(node_name, op, attrs, refs, ins), ins))
         # every add_node check was made above: store it directly
         g._insert(Node(node_name, op, attrs, refs, ins, outs))
         if len(outs) > 1:
