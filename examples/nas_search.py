@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
 import sys
@@ -111,6 +112,12 @@ def main() -> int:
 
     population = [family.sample(rng) for _ in range(args.population)]
     evaluate(population)
+    # Building graphs allocates many small objects, and Python's cyclic collector runs
+    # every 700 of them, walking ever more of the predictor's growing memos: half of a
+    # search's time. Graphs are freed by reference counting, so this process collects
+    # rarely (a choice for a search loop; nnmeter itself never changes the collector).
+    gc.freeze()
+    gc.set_threshold(200_000, 50, 100)
     budget = args.budget_ms or float(np.median([seen[c][1] for c in population if seen[c]]))
 
     def fitness(c) -> float:

@@ -183,7 +183,9 @@ def graph_cost(graph: ModelGraph) -> GraphCost:
     unknown: list[str] = []
     memo = _COSTS
     dtype = graph.dtype
-    for node in graph.topological_nodes():
+    # a sum: any order will do, and sorting a new graph topologically costs more than
+    # summing it
+    for node in graph.nodes_unordered():
         if not node.output_shapes:
             raise ValueError(f"node {node.name!r} has no shapes; run infer_shapes first")
         # a node's cost depends on its op, attributes, shapes and dtype only: NAS

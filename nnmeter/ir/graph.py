@@ -322,6 +322,10 @@ class ModelGraph:
         """All nodes in deterministic topological order."""
         return self.topological_nodes()
 
+    def nodes_unordered(self) -> list[Node]:
+        """All nodes in insertion order (no topological sort: for sums and lookups)."""
+        return [d["node"] for d in self.nx._node.values()]
+
     def topological_order(self) -> list[str]:
         """Node names in a deterministic topological order (ties: insertion order).
 
