@@ -238,10 +238,23 @@ def _rows(path: Path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
         try:
-            out.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             continue
+        # rows written before sessions were named belong to the hour they were taken in
+        row.setdefault("session", str(row.get("timestamp", ""))[:13])
+        out.append(row)
     return out
+
+
+def _latest_session(rows: list[dict]) -> str | None:
+    """The session whose last row is the newest (the one a report reads by default)."""
+    last: dict[str, str] = {}
+    for r in rows:
+        s, t = r["session"], str(r.get("timestamp", ""))
+        if t >= last.get(s, ""):
+            last[s] = t
+    return max(last, key=last.__getitem__) if last else None
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -250,7 +263,9 @@ def measure(args: argparse.Namespace) -> int:
     d, manifest = _manifest(args)
     path = _set_path(args.backend, args.device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["model"], r["pass"]) for r in _rows(path)}
+    session = args.session or time.strftime("%Y-%m-%dT%H:%M")
+    done = {(r["model"], r["pass"]) for r in _rows(path) if r["session"] == session}
+    print(f"session {session} (resume it with --session {session})", flush=True)
     names = [n for n in sorted(manifest) if _applies(manifest[n], args.backend)]
     if args.control:
         # the zoo's base models in the same run: the predictor's level on its own
@@ -277,7 +292,7 @@ def measure(args: argparse.Namespace) -> int:
                        "latency_ms": m.latency_ms if m.ok else None, "spread": m.spread,
                        "ok": m.ok, "error": m.error,
                        "fingerprint_id": m.device.fingerprint_id if m.device else None,
-                       "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                       "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "session": session}
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 print(f"pass {p} [{i}/{len(names)}] {n:36s} {row['latency_ms']}", flush=True)
@@ -347,7 +362,15 @@ def report(args: argparse.Namespace) -> int:
     from nnmeter.frontends import load_model
 
     d, manifest = _manifest(args)
-    rows = [r for r in _rows(_set_path(args.backend, args.device)) if r.get("ok")]
+    all_rows = _rows(_set_path(args.backend, args.device))
+    session = args.session or _latest_session(all_rows)
+    sessions = sorted({r["session"] for r in all_rows})
+    if args.session and args.session not in sessions:
+        sys.exit(f"error: no session {args.session!r} for {args.backend}; sessions: "
+                 f"{', '.join(sessions) or 'none'}")
+    # truth for one report comes from one session (one run on one device), never the
+    # fastest over sessions taken hours apart
+    rows = [r for r in all_rows if r.get("ok") and r["session"] == session]
     by: dict[str, dict[int, float]] = {}
     for r in rows:
         by.setdefault(r["model"], {})[r["pass"]] = r["latency_ms"]
@@ -381,7 +404,7 @@ def report(args: argparse.Namespace) -> int:
         sys.exit(f"error: nothing measured for {args.backend}; run 'measure' first")
     err = np.array([t["error"] for t in table])
     reps = [t["repeatable"] for t in table if t["repeatable"] is not None]
-    summary = {"backend": args.backend, "device": pred.device_name if hasattr(pred, "device_name")
+    summary = {"backend": args.backend, "session": session, "device": pred.device_name if hasattr(pred, "device_name")
                else None, "n": len(table),
                "within_10": float(np.mean(np.abs(err) <= 0.10)),
                "within_5": float(np.mean(np.abs(err) <= 0.05)),
@@ -406,6 +429,7 @@ def report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"summary": summary, "models": table}, indent=1))
         return 0
+    print(f"# session {session} (sessions on record: {', '.join(sessions)})")
     print(f"{'model':36s} {'family':12s} {'measured':>9s} {'predicted':>9s} {'error':>7s} "
           f"{'kernels':>7s} {'fallback':>8s}")
     for t in table:
@@ -451,6 +475,11 @@ def main() -> int:
             s.add_argument("--passes", type=int, default=2)
             s.add_argument("--control", action="store_true",
                            help="measure the zoo's base models instead (a control)")
+        if name in ("measure", "report"):
+            s.add_argument("--session", default=None,
+                           help="measurement session: measure resumes it (default: a new "
+                                "one named by the start time), report reads it (default: "
+                                "the newest)")
         if name == "report":
             s.add_argument("--json", action="store_true")
     args = ap.parse_args()

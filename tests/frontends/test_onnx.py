@@ -266,6 +266,53 @@ def test_split_pad_resize_and_reducemean():
     assert g["gap"].op == "gap" and g["gap"].output_shape == (1, 3)
 
 
+def _halves_model(second_bound_late: bool):
+    """x[:, :c/2] and x[:, c/2:] as torch.onnx writes them: the bound c/2 computed from
+    Shape -> Gather -> Div, optionally after the first Slice in node order."""
+    bound = [
+        helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+        helper.make_node("Gather", ["shp", "one"], ["c"], name="gather", axis=0),
+        helper.make_node("Div", ["c", "two"], ["half"], name="div"),
+        helper.make_node("Unsqueeze", ["half", "zero"], ["half1"], name="unsq"),
+    ]
+    first = helper.make_node("Slice", ["x", "zero", "half1", "one"], ["a"], name="s1")
+    second = helper.make_node("Slice", ["x", "half1", "big", "one"], ["b"], name="s2")
+    nodes = [first] + bound + [second] if second_bound_late else bound + [first, second]
+    nodes.append(helper.make_node("Relu", ["b"], ["rb"], name="r"))
+    inits = [_init("zero", np.array([0], np.int64)), _init("one", np.array([1], np.int64)),
+             _init("two", np.array(2, np.int64)),
+             _init("big", np.array([2 ** 62], np.int64))]
+    if second_bound_late:  # the first Slice's end is a plain constant here
+        nodes[0] = helper.make_node("Slice", ["x", "zero", "four", "one"], ["a"], name="s1")
+        inits.append(_init("four", np.array([4], np.int64)))
+    return _model(nodes, [_vi("x", [1, 8, 4, 4])], [_vi("a", None), _vi("rb", None)], inits)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_slices_that_tile_an_axis_are_one_split(late):
+    g = load_onnx(_halves_model(late))
+    splits = [n for n in g.nodes() if n.op == "split"]
+    assert len(splits) == 1 and splits[0].attrs.sizes == (4, 4) and splits[0].attrs.axis == 1
+    assert splits[0].output_shapes == ((1, 4, 4, 4), (1, 4, 4, 4))
+    assert g["r"].input_shapes == ((1, 4, 4, 4),)
+    assert not [n for n in g.nodes() if n.op == "unknown"]
+
+
+def test_a_lone_slice_is_a_split_with_unread_parts_and_a_strided_one_stays_unknown():
+    nodes = [helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"], name="s"),
+             helper.make_node("Relu", ["y"], ["r"], name="r")]
+    inits = [_init("st", np.array([2], np.int64)), _init("en", np.array([-2], np.int64)),
+             _init("ax", np.array([1], np.int64))]
+    g = load_onnx(_model(nodes, [_vi("x", [1, 8, 4, 4])], [_vi("r", None)], inits))
+    assert g["s"].op == "split" and g["s"].attrs.sizes == (2, 4, 2)
+    assert g["r"].input_shapes == ((1, 4, 4, 4),)
+    strided = [helper.make_node("Slice", ["x", "st", "en", "ax", "stp"], ["y"], name="s"),
+               helper.make_node("Relu", ["y"], ["r"], name="r")]
+    g = load_onnx(_model(strided, [_vi("x", [1, 8, 4, 4])], [_vi("r", None)],
+                         inits + [_init("stp", np.array([2], np.int64))]))
+    assert g["s"].op == "unknown" and g["r"].input_shapes == ((1, 2, 4, 4),)
+
+
 # ------------------------------------------------------------------ shapes and errors
 def _dynamic_model():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])
