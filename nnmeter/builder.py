@@ -629,15 +629,21 @@ def collect_prior(rules: Any, *, settings: BuildSettings,
 
     Configurations come from ``prior_configs`` (kernel type → configurations) or, by
     default, from zoo variants partitioned with ``rules``
-    (:func:`kernel_prior_from_zoo`). ``settings.kernels`` keeps only the named types
+    (:func:`kernel_prior_from_zoo`) and, for the kernel types the zoo lacks, from
+    :func:`nnmeter.sampling.synthetic.synthetic_prior_configs`. ``settings.kernels`` keeps only the named types
     or families, renormalising their weights.
     """
     from nnmeter.kernels import KERNEL_TYPES
 
     if prior_configs is None:
+        from nnmeter.sampling.synthetic import synthetic_prior_configs
+
         logger.info("collecting the kernel prior from the zoo")
         zoo_configs = kernel_prior_from_zoo(rules, n_per_family=settings.n_per_family,
                                             seed=settings.seed)
+        # kernel kinds real models carry and the zoo does not (grouped convolutions, LRN)
+        for t, cfgs in synthetic_prior_configs().items():
+            zoo_configs.setdefault(t, cfgs)
     else:
         zoo_configs = {t: list(c) for t, c in prior_configs.items()}
     weights = importance_weights(zoo_configs)

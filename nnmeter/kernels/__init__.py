@@ -30,7 +30,7 @@ from nnmeter.kernels.naming import block_type_of, bn_equivalent, kernel_type_of
 # Each module registers its types in KERNEL_TYPES on import.
 from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
     activation, add, bn, channelshuffle, concat, conv, convtranspose, datamove, dwconv,
-    fc, mul, other, pooling, se, split,
+    fc, lrn, mul, other, pooling, se, split,
 )
 
 __all__ = [
@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 #: Kernel families (modules), for predictors that train one regressor per family.
-FAMILIES = ("conv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
-            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "other")
+FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
+            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "lrn", "other")
 
 
 def kernel_from_nodes(graph, names: Sequence[str], type_name: str | None = None) -> Kernel:

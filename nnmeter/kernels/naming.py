@@ -37,6 +37,7 @@ __all__ = ["kernel_type_of", "block_type_of", "bn_equivalent", "TAIL_HEADS"]
 
 TAIL_HEADS = {
     "conv": (True, True),
+    "gconv": (True, True),  # a grouped conv's types (named by the predictor, not here)
     "dwconv": (True, True),
     "convtranspose": (True, True),
     "fc": (False, True),
@@ -46,7 +47,7 @@ TAIL_HEADS = {
 
 _SINGLE_TYPES = frozenset(ACTIVATIONS) | {
     "maxpool", "avgpool", "gap", "mul", "concat", "split", "channelshuffle",
-    "reshape", "flatten", "transpose", "identity",
+    "reshape", "flatten", "transpose", "identity", "lrn",
 }
 _DENSE = ("conv", "fc")
 _SIXTH = ("div", "mul")

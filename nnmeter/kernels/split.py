@@ -40,6 +40,11 @@ class SplitKernel(KernelType):
 
     def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> SplitConfig:
         node = next(n for n in topo_nodes(graph, names) if n.op == "split")
+        rank = len(node.input_shape)
+        if node.attrs.axis % max(rank, 1) != (1 if rank > 1 else 0):
+            # a split of another axis (a spatial crop written as a Slice) is no channel
+            # split: the partitioner keeps it as an ``other`` kernel
+            raise ValueError(f"split {node.name!r} cuts axis {node.attrs.axis}, not channels")
         h, w, c = hwc(node.input_shape)
         return SplitConfig(h=h, w=w, cin=c, sizes=tuple(node.attrs.sizes))
 

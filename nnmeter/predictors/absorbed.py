@@ -55,7 +55,7 @@ from nnmeter.predictors.facts import DeviceFacts
 __all__ = ["absorbed_kernels"]
 
 #: kernel families whose kernels can take a folded activation as their epilogue
-_CONV_FAMILIES = ("conv", "dwconv")
+_CONV_FAMILIES = ("conv", "gconv", "dwconv")
 
 #: ops of a fused tail that are activations (the epilogue is taken)
 _ACT_OPS = frozenset({"relu", "relu6", "hswish", "hsigmoid", "sigmoid", "swish", "tanh",

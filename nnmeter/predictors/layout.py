@@ -67,7 +67,7 @@ TRANSPARENT_TYPES = frozenset({"relu", "hswish", "hsigmoid", "sigmoid", "gelu", 
 
 
 #: kernel families ORT may run in the blocked layout
-BLOCKED_FAMILIES = ("conv", "dwconv", "pool")
+BLOCKED_FAMILIES = ("conv", "gconv", "dwconv", "pool")
 
 def _out_hw(h: int, w: int, k: int, s: int, pads: Any, kw: int | None = None,
             sw: int | None = None) -> tuple[int, int]:
@@ -93,7 +93,7 @@ def reorder_elements(kernel_type: Any, config: Any, block: int) -> tuple[int, in
                          getattr(config, "kernel_w", None), getattr(config, "stride_w", None))
         return cin * int(config.h) * int(config.w), cin * ho * wo
     cout = int(getattr(config, "cout", cin))
-    groups = int(getattr(config, "groups", 1)) if family == "conv" else cin
+    groups = int(getattr(config, "groups", 1)) if family in ("conv", "gconv") else cin
     if groups == 1:
         reads_nchw = cin < block  # read in NCHW directly, no ReorderInput
         if not reads_nchw and cin % CHANNEL_ALIGN:

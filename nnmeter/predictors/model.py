@@ -265,6 +265,8 @@ class LatencyPredictor:
         self.source_files: list[str] = []
         #: calibrated prediction intervals (:mod:`nnmeter.predictors.intervals`) or None
         self.intervals: Any = None
+        #: grouped convolutions get the ``gconv-*`` types where the data has them
+        self.grouped = any(k.startswith(("type:gconv", "family:gconv")) for k in self.regressors)
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -322,8 +324,9 @@ class LatencyPredictor:
             from nnmeter.kernels import KERNEL_TYPES, bn_equivalent
 
             alt = bn_equivalent(ktype_name)
+            head = ktype_name.split("-", 1)[0]
             if (alt is not None and self._has_data(alt) and alt in KERNEL_TYPES
-                    and self.rules.fuses(ktype_name.split("-", 1)[0], "bn")):
+                    and self.rules.fuses("conv" if head == "gconv" else head, "bn")):
                 out = alt
         self._alias[ktype_name] = out
         return out
@@ -382,6 +385,8 @@ class LatencyPredictor:
                 except (TypeError, ValueError):  # attributes that do not compare
                     continue
         kernels = partition(graph, self.rules)
+        if self.grouped:
+            kernels = _grouped_types(kernels)
         if len(self._partition_cache) > 4096:
             self._partition_cache.clear()
         entries = self._partition_cache.setdefault(bucket, [])
@@ -686,6 +691,29 @@ def _one_group(kt: Any, config: Any) -> tuple[Any, int]:
     import dataclasses
 
     return dataclasses.replace(config, cin=cin // g, cout=cout // g, groups=1), g
+
+
+def _grouped_types(kernels: list[Any]) -> list[Any]:
+    """``kernels`` with every grouped convolution (1 < groups < cin) as its ``gconv-*``
+    type (:class:`~nnmeter.kernels.conv.GroupedConvKernel`), the others unchanged (the
+    list itself when there is none)."""
+    from nnmeter.kernels import KERNEL_TYPES, Kernel
+    from nnmeter.kernels.conv import GroupedConvConfig, is_grouped
+
+    out = None
+    for i, k in enumerate(kernels):
+        if not k.type.startswith("conv") or not is_grouped(k.config):
+            continue
+        name = "g" + k.type
+        if name not in KERNEL_TYPES:
+            continue
+        if out is None:
+            out = list(kernels)
+        g = object.__new__(Kernel)
+        g.__dict__.update(type=name, nodes=k.nodes, ops=k.ops,
+                          config=GroupedConvConfig.of(k.config))
+        out[i] = g
+    return kernels if out is None else out
 
 
 def _as_graph(model: Any) -> Any:

@@ -76,7 +76,7 @@ REGRESSORS: Registry[type] = Registry("regressors", entry_point_group="nnmeter.r
 
 _RF_TABLE: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("dwconv",), dict(n_estimators=300, max_depth=40, max_features=0.8)),
-    (("conv", "convtranspose"), dict(n_estimators=300, max_depth=40, max_features=0.8)),
+    (("conv", "gconv", "convtranspose"), dict(n_estimators=300, max_depth=40, max_features=0.8)),
     (("fc", "matmul"), dict(n_estimators=200, max_depth=30, max_features=1.0)),
     (("maxpool", "avgpool", "pool", "gap"), dict(n_estimators=200, max_depth=25,
                                                   max_features=1.0)),

@@ -27,6 +27,7 @@ EXAMPLES = {
     "mul": dict(h=7, w=7, cin=8, operand="channel"),
     "concat": dict(h=7, w=7, cins=(8, 16, 24)),
     "split": dict(h=7, w=7, cin=8, sizes=(4, 4)),
+    "lrn": dict(h=7, w=7, cin=8, size=5),
     "channelshuffle": dict(h=7, w=7, cin=8, groups=2),
     "se": dict(h=7, w=7, cin=64, mid=16),
     "reshape": dict(in_shape=(1, 8, 2, 2), out_shape=(1, 32)),
@@ -117,3 +118,20 @@ def test_kernel_as_dict_round_trip_and_other_rebuilds_its_op():
     assert Kernel.from_dict(k.as_dict()) == k
     rebuilt = k.kernel_type.build_graph(k.config)
     assert rebuilt.op_counts()["softmax"] == 1
+
+
+def test_a_split_of_a_spatial_axis_is_no_channel_split_kernel():
+    from nnmeter.fusion.rules import FusionRules
+    from nnmeter.partition import partition
+
+    b = GraphBuilder("crop", (1, 8, 6, 6))
+    _, kept = b.split(b.x, (1, 5), axis=2, name="crop")
+    g = b.build([b.relu(kept, name="r")])
+    ks = partition(g, FusionRules.from_decisions("toy", pairs={}))
+    assert [k.type for k in ks] == ["other", "relu"]
+    # a channel split (axis 1 or -3 of a 4-D tensor) is one
+    for axis in (1, -3):
+        b = GraphBuilder("halves", (1, 8, 6, 6))
+        a, c = b.split(b.x, (4, 4), axis=axis, name="sp")
+        ks = partition(b.build([b.relu(a, name="r"), c]), FusionRules.from_decisions("toy", pairs={}))
+        assert ks[0].type == "split" and ks[0].config.sizes == (4, 4)
