@@ -5,15 +5,20 @@ their first dimension's square kernel, as before, against the square kernel of t
 area with exact FLOPs).
 
 The zoo has neither, so this is the development check behind
-``nnmeter.predictors.model._one_group`` and ``ConvConfig.kernel_w``: it uses kernels of
-its own, never the real-architecture set that scores the change.
+``nnmeter.predictors.model._one_group``, the ``gconv-*`` kernel types and
+``ConvConfig.kernel_w``: it uses kernels of its own, never the real-architecture set
+that scores the change. (The gconv types are trained on configs drawn from the grid of
+:mod:`nnmeter.sampling.synthetic`, which spans these shapes; a drawn config can land on
+one of them.)
 
 Run (under the measurement lock)::
 
     flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu
     flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu --kind asymmetric
+    flock /tmp/nnmeter-measure.lock python experiments/grouped_conv_check.py --backend ort-cpu --kind lrn
 
-Writes experiments/results/{grouped,asymmetric}_conv_check_<backend>.json.
+Writes experiments/results/{grouped,asymmetric}_conv_check_<backend>.json and
+lrn_check_<backend>.json.
 """
 
 from __future__ import annotations
@@ -72,26 +77,38 @@ def _summary(rows: list[dict], keys: tuple[str, ...]) -> dict:
     return out
 
 
-def asymmetric(args) -> int:
+def _measure(backend: str, cases: list[tuple]) -> list[dict]:
+    """Measure each ``(graph, {column: predicted ms})`` case on the backend; one row per
+    measured case (the measured time, its spread and the predicted columns), printed
+    with each column's error."""
     from nnmeter.backends import Profiler
-    from nnmeter.predictors import load_predictor
 
-    pred = load_predictor(args.backend)
     rows = []
-    with Profiler(args.backend) as prof:
-        for h, cin, cout, k in ASYM:
-            g = _asym_graph(h, cin, cout, k)
-            after = pred.predict(g).total_ms
-            before = pred.predict(_asym_graph(h, cin, cout, k, square=True)).total_ms
+    with Profiler(backend) as prof:
+        for g, predicted in cases:
             m = prof.measure(g, on_error="record")
             if not m.ok:
                 print(f"{g.name}: {m.error}")
                 continue
             rows.append({"model": g.name, "measured_ms": m.latency_ms, "spread": m.spread,
-                         "first_dim_square_ms": before, "same_area_ms": after})
-            print(f"{g.name:30s} measured {m.latency_ms:7.3f}  as {k[0]}x{k[0]} {before:7.3f} "
-                  f"({100 * (before / m.latency_ms - 1):+6.1f} %)  same area {after:7.3f} "
-                  f"({100 * (after / m.latency_ms - 1):+6.1f} %)", flush=True)
+                         **predicted})
+            cols = "  ".join(f"{k[:-3]} {v:8.3f} ({100 * (v / m.latency_ms - 1):+6.1f} %)"
+                             for k, v in predicted.items())
+            print(f"{g.name:32s} measured {m.latency_ms:8.3f}  {cols}", flush=True)
+    return rows
+
+
+def asymmetric(args) -> int:
+    from nnmeter.predictors import load_predictor
+
+    pred = load_predictor(args.backend)
+    cases = []
+    for h, cin, cout, k in ASYM:
+        g = _asym_graph(h, cin, cout, k)
+        cases.append((g, {"first_dim_square_ms":
+                          pred.predict(_asym_graph(h, cin, cout, k, square=True)).total_ms,
+                          "same_area_ms": pred.predict(g).total_ms}))
+    rows = _measure(args.backend, cases)
     summary = {"backend": args.backend, "n": len(rows),
                **_summary(rows, ("first_dim_square_ms", "same_area_ms"))}
     (OUT / f"asymmetric_conv_check_{args.backend}.json").write_text(
@@ -99,43 +116,70 @@ def asymmetric(args) -> int:
     return 0
 
 
+#: (h, channels, size) of LRN kernels off the synthetic grid (nnmeter.sampling.synthetic)
+LRN = [(24, 80, 5), (40, 144, 5), (20, 320, 3), (33, 64, 5), (60, 48, 5), (10, 500, 5),
+       (17, 200, 3), (48, 100, 5)]
+
+
+def lrn(args) -> int:
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors import load_predictor
+
+    pred = load_predictor(args.backend)
+    regs = {k: v for k, v in pred.regressors.items() if k != "type:lrn"}
+    fallback = pred.__class__(pred.backend_id, pred.rules, regs, device=pred.device,
+                              meta=pred.meta, composition=pred.composition)
+    kt = KERNEL_TYPES.get("lrn")
+    cases = []
+    for h, c, size in LRN:
+        g = kt.build_graph(kt.config_cls(h=h, w=h, cin=c, size=size))
+        g.name = f"lrn_h{h}_c{c}_s{size}"
+        cases.append((g, {"lrn_type_ms": pred.predict(g).total_ms,
+                          "fallback_ms": fallback.predict(g).total_ms}))
+    rows = _measure(args.backend, cases)
+    summary = {"backend": args.backend, "n": len(rows), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               **_summary(rows, ("lrn_type_ms", "fallback_ms"))}
+    (OUT / f"lrn_check_{args.backend}.json").write_text(
+        json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
 def main() -> int:
     import nnmeter.predictors.model as model_mod
-    from nnmeter.backends import Profiler
     from nnmeter.predictors import load_predictor
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="ort-cpu")
-    ap.add_argument("--kind", choices=("grouped", "asymmetric"), default="grouped")
+    ap.add_argument("--kind", choices=("grouped", "asymmetric", "lrn"), default="grouped")
     args = ap.parse_args()
     if args.kind == "asymmetric":
         return asymmetric(args)
+    if args.kind == "lrn":
+        return lrn(args)
     graphs = [_graph(h, c, k, s, g) for h, c, k, s, gs in SHAPES for g in gs]
     pred = load_predictor(args.backend)
-    grouped = [pred.predict(g).total_ms for g in graphs]
+
+    def clone(grouped: bool):
+        p = pred.__class__(pred.backend_id, pred.rules, pred.regressors, device=pred.device,
+                           meta=pred.meta, composition=pred.composition)
+        p.grouped = grouped and pred.grouped
+        return p
+
+    # the predictor as shipped: gconv-* types where its data has grouped rows
+    own = [clone(True).predict(g).total_ms for g in graphs]
+    per_group = [clone(False).predict(g).total_ms for g in graphs]  # one group, per group
     one_group = model_mod._one_group
     model_mod._one_group = lambda kt, config: (None, 1)
     try:
-        dense = [load_predictor(args.backend).__class__(
-            pred.backend_id, pred.rules, pred.regressors, device=pred.device, meta=pred.meta,
-            composition=pred.composition).predict(g).total_ms for g in graphs]
+        dense = [clone(False).predict(g).total_ms for g in graphs]  # the dense regressor
     finally:
         model_mod._one_group = one_group
-    rows = []
-    with Profiler(args.backend) as prof:
-        for g, a, b in zip(graphs, dense, grouped):
-            m = prof.measure(g, on_error="record")
-            if not m.ok:
-                print(f"{g.name}: {m.error}")
-                continue
-            rows.append({"model": g.name, "measured_ms": m.latency_ms, "spread": m.spread,
-                         "dense_ms": a, "per_group_ms": b})
-            print(f"{g.name:32s} measured {m.latency_ms:8.3f}  dense {a:8.3f} "
-                  f"({100 * (a / m.latency_ms - 1):+6.1f} %)  per group {b:8.3f} "
-                  f"({100 * (b / m.latency_ms - 1):+6.1f} %)", flush=True)
-    summary = {"backend": args.backend, "n": len(rows),
+    rows = _measure(args.backend, [
+        (g, {"dense_ms": a, "per_group_ms": b, "grouped_type_ms": c})
+        for g, a, b, c in zip(graphs, dense, per_group, own)])
+    summary = {"backend": args.backend, "n": len(rows), "grouped_data": pred.grouped,
                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               **_summary(rows, ("dense_ms", "per_group_ms"))}
+               **_summary(rows, ("dense_ms", "per_group_ms", "grouped_type_ms"))}
     OUT.mkdir(exist_ok=True)
     (OUT / f"grouped_conv_check_{args.backend}.json").write_text(
         json.dumps({"summary": summary, "rows": rows}, indent=1))

@@ -14,21 +14,27 @@ This set holds architectures from other code, written to files by other tools:
 - ``tflite-converter``: Keras applications (random weights) converted by the TFLite
   converter, for litert-cpu.
 
-No design decision is made on this set: choices are made on the zoo, and this set scores
-them once per change.
+No design decision is made on this set: choices are made on the zoo and on a
+development set of other pytorchcv architectures and widths (``--set dev``: ResNet-34,
+RegNetX-400MF, ResNeXt-26, ShuffleNet g3, BN-Inception, VoVNet...; files under
+``$XDG_CACHE_HOME/nnmeter/dev_set``), and this set scores them once per change.
 
 Usage::
 
   python experiments/real_set.py build [--dir DIR]          # write the model files
   python experiments/real_set.py kernels --backend ort-cpu  # grouping against the runtime
   flock /tmp/nnmeter-measure.lock python experiments/real_set.py measure --backend ort-cpu
-  python experiments/real_set.py report --backend ort-cpu [--json]
+  python experiments/real_set.py report --backend ort-cpu [--json] [--session S]
+  python experiments/real_set.py kernels --set dev --backend ort-cpu  # the development set
 
 ``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv);
 files go to ``DIR`` (default ``$XDG_CACHE_HOME/nnmeter/real_set``) with a
 ``manifest.json`` and are not committed (hundreds of MB of random weights); they are
 rebuilt the same way from the same seeds. ``measure`` appends one row per (model, pass)
-to ``datasets/models/<backend>@<device>/real.jsonl`` as it goes and resumes.
+to ``datasets/models/<backend>@<device>/real.jsonl`` as it goes, each with its session
+(``--session``, default the start time; pass the same one to resume, and to measure the
+zoo control beside it with ``--control``); ``report`` takes its truth from one session
+only (the newest unless told), never the fastest over sessions hours apart.
 ``kernels`` compares, per model, the kernels nnmeter predicts with the nodes the
 runtime reports executing (ORT's optimised graph and profile, OpenVINO's runtime model,
 MNN's op callbacks) and writes ``experiments/results/real_set_kernels_<backend>.json``.
@@ -110,7 +116,34 @@ _KERAS = [("MobileNet", "mobilenetv1"), ("MobileNetV2", "mobilenetv2"),
           ("Xception", "inception"), ("VGG16", "vgg")]
 
 
-def entries() -> list[Entry]:
+#: The development set: other pytorchcv architectures and widths, through the same
+#: exporter. Design choices that need real models (how the runtime groups kernels) are
+#: made on it, so that the set above stays held out.
+_DEV_PYTORCHCV = [
+    ("resnet", "resnet34", "resnet"), ("preresnet", "preresnet18", "resnet"),
+    ("sepreresnet", "sepreresnet18", "resnet"), ("seresnet", "seresnet34", "resnet"),
+    ("resnext", "resnext26_32x4d", "resnext"), ("regnet", "regnetx004", "regnet"),
+    ("regnet", "regnety002", "regnet"), ("regnet", "regnetx006", "regnet"),
+    ("mobilenetv2", "mobilenetv2_w3d4", "mobilenetv2"),
+    ("mobilenetv3", "mobilenetv3_large_w3d4", "mobilenetv3"),
+    ("mobilenetb", "mobilenetb_w1", "mobilenetv1"), ("fdmobilenet", "fdmobilenet_w1", "mobilenetv1"),
+    ("efficientnet", "efficientnet_b2", "efficientnet"), ("mnasnet", "mnasnet_a1", "mnasnet"),
+    ("mixnet", "mixnet_m", "nas"), ("proxylessnas", "proxylessnas_cpu", "proxylessnas"),
+    ("densenet", "densenet169", "densenet"), ("hardnet", "hardnet68ds", "hardnet"),
+    ("igcv3", "igcv3_w3d4", "mobilenetv2"), ("squeezenet", "squeezenet_v1_0", "squeezenet"),
+    ("vgg", "vgg13", "vgg"), ("shufflenet", "shufflenet_g3_w1", "shufflenet"),
+    ("shufflenetv2", "shufflenetv2_w2", "shufflenet"), ("menet", "menet108_8x1_g3", "shufflenet"),
+    ("bninception", "bninception", "inception"), ("vovnet", "vovnet27s", "vovnet"),
+    ("selecsls", "selecsls42b", "selecsls"), ("dla", "dla46c", "dla"),
+]
+
+
+def entries(which: str = "real") -> list[Entry]:
+    """The entries of the held-out real-architecture set (``real``) or of the
+    development set (``dev``, pytorchcv models only)."""
+    if which == "dev":
+        return [Entry(f"torch-{fn}", fam, "torch.onnx", f"pytorchcv.models.{mod}.{fn}")
+                for mod, fn, fam in _DEV_PYTORCHCV]
     out = [Entry(f"torch-{fn}", fam, "torch.onnx", f"pytorchcv.models.{mod}.{fn}",
                  299 if fn in ("inceptionv3", "xception") else 224)
            for mod, fn, fam in _PYTORCHCV]
@@ -122,9 +155,9 @@ def entries() -> list[Entry]:
     return out
 
 
-def default_dir() -> Path:
+def default_dir(which: str = "real") -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "nnmeter" / "real_set"
+    return base / "nnmeter" / ("real_set" if which == "real" else "dev_set")
 
 
 def _file_of(e: Entry, d: Path) -> Path:
@@ -181,11 +214,12 @@ def _build_keras(e: Entry, path: Path) -> None:
 
 
 def build(args: argparse.Namespace) -> int:
-    d = Path(args.dir) if args.dir else default_dir()
+    d = Path(args.dir) if args.dir else default_dir(args.set)
     d.mkdir(parents=True, exist_ok=True)
     man_path = d / "manifest.json"
     manifest = json.loads(man_path.read_text()) if man_path.exists() else {}
-    todo = [e for e in entries() if not args.only or e.exporter in args.only.split(",")]
+    todo = [e for e in entries(args.set)
+            if not args.only or e.exporter in args.only.split(",")]
     failed = 0
     for i, e in enumerate(todo, 1):
         p = _file_of(e, d)
@@ -213,11 +247,11 @@ def build(args: argparse.Namespace) -> int:
 
 
 def _manifest(args: argparse.Namespace) -> tuple[Path, dict]:
-    d = Path(args.dir) if args.dir else default_dir()
+    d = Path(args.dir) if args.dir else default_dir(args.set)
     man_path = d / "manifest.json"
     if not man_path.exists():
-        sys.exit(f"error: no real-architecture set in {d}; run "
-                 f"'python experiments/real_set.py build' first")
+        sys.exit(f"error: no {args.set} set in {d}; run "
+                 f"'python experiments/real_set.py build --set {args.set}' first")
     return d, json.loads(man_path.read_text())
 
 
@@ -226,10 +260,10 @@ def _applies(info: dict, backend: str) -> bool:
     return tfl == backend.startswith("litert")
 
 
-def _set_path(backend: str, device: str | None = None) -> Path:
+def _set_path(backend: str, device: str | None = None, which: str = "real") -> Path:
     from nnmeter.devices.datasets import model_set_path
 
-    return model_set_path(backend, 0, device).with_name("real.jsonl")
+    return model_set_path(backend, 0, device).with_name(f"{which}.jsonl")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -261,7 +295,7 @@ def measure(args: argparse.Namespace) -> int:
     from nnmeter.backends import Profiler
 
     d, manifest = _manifest(args)
-    path = _set_path(args.backend, args.device)
+    path = _set_path(args.backend, args.device, args.set)
     path.parent.mkdir(parents=True, exist_ok=True)
     session = args.session or time.strftime("%Y-%m-%dT%H:%M")
     done = {(r["model"], r["pass"]) for r in _rows(path) if r["session"] == session}
@@ -349,7 +383,7 @@ def kernels(args: argparse.Namespace) -> int:
     out["summary"] = {"runtime_compute": tot, "partition_equal": eq, "predictor_equal": eqp}
     OUT.mkdir(exist_ok=True)
     out["rules"] = str(args.rules or f"fusion_rules/{args.backend}.json")
-    Path(args.out or OUT / f"real_set_kernels_{args.backend}.json").write_text(
+    Path(args.out or OUT / f"{args.set}_set_kernels_{args.backend}.json").write_text(
         json.dumps(out, indent=1))
     return 0
 
@@ -362,7 +396,7 @@ def report(args: argparse.Namespace) -> int:
     from nnmeter.frontends import load_model
 
     d, manifest = _manifest(args)
-    all_rows = _rows(_set_path(args.backend, args.device))
+    all_rows = _rows(_set_path(args.backend, args.device, args.set))
     session = args.session or _latest_session(all_rows)
     sessions = sorted({r["session"] for r in all_rows})
     if args.session and args.session not in sessions:
@@ -460,6 +494,9 @@ def main() -> int:
     for name in ("build", "measure", "kernels", "report"):
         s = sub.add_parser(name)
         s.add_argument("--dir", default=None, help="where the model files are")
+        s.add_argument("--set", choices=("real", "dev"), default="real",
+                       help="the held-out real-architecture set, or the development set "
+                            "(other pytorchcv models) that design choices are made on")
         if name == "build":
             s.add_argument("--only", default=None,
                            help="comma-separated exporters (torch.onnx,caffe2,tflite-converter)")
