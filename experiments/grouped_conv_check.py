@@ -126,7 +126,7 @@ def lrn(args) -> int:
     from nnmeter.predictors import load_predictor
 
     pred = load_predictor(args.backend)
-    regs = {k: v for k, v in pred.regressors.items() if k != "type:lrn"}
+    regs = {k: v for k, v in pred.regressors.items() if k not in ("type:lrn", "family:lrn")}
     fallback = pred.__class__(pred.backend_id, pred.rules, regs, device=pred.device,
                               meta=pred.meta, composition=pred.composition)
     kt = KERNEL_TYPES.get("lrn")

@@ -38,3 +38,24 @@ def test_sampling_curves(tmp_path):
     assert plots.sampling_curves(rounds, tmp_path / "s.png").read_bytes()[:4] == PNG
     with pytest.raises(ValueError, match="no sampling rounds"):
         plots.sampling_curves([{"kernel_type": "fc"}], tmp_path / "x.png")
+
+
+def test_the_sampling_curves_script_reads_a_committed_round_log(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    plot = tmp_path / "curves.png"
+    p = subprocess.run([sys.executable, str(repo / "experiments" / "sampling_curves.py"),
+                        "--dataset", "ort-cpu@epyc-zen4-avx512-2c", "--plot", str(plot),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    curves = json.loads(p.stdout)
+    assert "conv-bn-relu" in curves and all(0 <= r["cv_acc10"] <= 1 for r in curves["conv-bn-relu"])
+    assert plot.read_bytes()[:4] == PNG
+    bad = subprocess.run([sys.executable, str(repo / "experiments" / "sampling_curves.py"),
+                          "--dataset", "ort-cpu@nosuch"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0 and "rounds.jsonl" in bad.stderr
