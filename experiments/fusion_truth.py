@@ -65,7 +65,11 @@ truth_of = covers_fused
 
 
 def truth_by_kernels(case, counts: dict[str, int]) -> bool:
-    """Fused when the pattern's model runs fewer kernels than its separate models."""
+    """Fused when the pattern's model runs fewer kernels than its separate models; a
+    block only when its model runs one kernel (what the partitioner's block rule means;
+    see nnmeter.fusion.runtime.case_truth)."""
+    if case.kind == "block" and counts["block"] > 1:
+        return False
     return counts["block"] < sum(counts[r] for r in separate_roles(case))
 
 

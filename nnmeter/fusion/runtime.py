@@ -18,7 +18,9 @@ Two sources, in this order:
 2. **The test case** of a pattern no graph shows (and every multi-output, multi-input
    and block pattern): fused when one executed node covers ops of both sides *and* the
    pattern's model runs fewer kernels than its separate models (the definitions of
-   ``experiments/fusion_truth.py``).
+   ``experiments/fusion_truth.py``); a block only when its model runs one kernel, since
+   the partitioner's block rule makes it one kernel (ORT runs a squeeze-excite block as
+   four: pool, conv + activation, conv + gate, multiply, which the pair rules give).
 
 :func:`runtime_rules` keeps each pattern's times and records, in ``extra.runtime``,
 where the decision came from and the timed decision it replaced
@@ -39,7 +41,7 @@ from nnmeter.fusion.rules import FusionRules, rule_op
 logger = logging.getLogger(__name__)
 
 __all__ = ["edges_in_models", "case_truth", "runtime_rules", "kernel_count",
-           "separate_roles", "covers_fused", "LAYOUT_NODE_TYPES"]
+           "separate_roles", "covers_fused", "fewer_kernels", "LAYOUT_NODE_TYPES"]
 
 #: executed-node types that convert layout or precision only: not kernels of an op
 LAYOUT_NODE_TYPES = EDGE_CONVERSION_OPS | {"ConvertTensor"}
@@ -140,8 +142,21 @@ def case_truth(profile: Any, case: Any, counts: dict[str, int] | None = None) ->
             counts[sig] = kernel_count(profile(case.models[role]))
         k[role] = counts[sig]
     by_covers = covers_fused(case, executed)
-    by_kernels = k["block"] < sum(k[r] for r in separate_roles(case))
-    return {"fused": by_covers and by_kernels, "covers": by_covers, "kernels": k}
+    by_kernels = fewer_kernels(case, k)
+    out = {"fused": by_covers and by_kernels, "covers": by_covers, "kernels": k}
+    if case.kind == "block" and out["fused"] and k["block"] > 1:
+        # some parts merged, but the block still runs as several kernels: the
+        # partitioner's block rule means one kernel, so the block is not fused
+        out.update(fused=False, partial=True)
+    return out
+
+
+def fewer_kernels(case: Any, counts: dict[str, int]) -> bool:
+    """The pattern's model runs fewer kernels than its separate models. A block
+    pattern is fused (for the partitioner: one kernel for all its parts) only when its
+    model runs one kernel; one that merges some of its parts is ``partial`` in
+    :func:`case_truth`'s answer."""
+    return counts["block"] < sum(counts[r] for r in separate_roles(case))
 
 
 def runtime_rules(rules: FusionRules, profile: Any, graphs: Iterable[Any] = (), *,

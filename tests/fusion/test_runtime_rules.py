@@ -66,3 +66,25 @@ def test_case_truth_and_runtime_rules():
     assert report["conv->bn"]["timed_fused"] is True and report["conv->bn"]["fused"] is False
     p = rules.pattern("pair", ("conv", "relu"))
     assert p.extra["runtime"]["fused_edges"] == 1
+
+
+def test_a_block_that_still_runs_as_several_kernels_is_partial_not_fused():
+    cases = {c.name: c for c in build_testcases(TestShapes())}
+
+    def merges_two(graph):
+        """Every op its own node, except the first two non-input ops, which share one."""
+        ops = [n for n in graph.topological_nodes() if n.op != "input"]
+        out = [ExecutedNode(ops[0].name, "Node", tuple(n.name for n in ops[:2]), time_ms=0.01)]
+        out += [ExecutedNode(n.name, "Node", (n.name,), time_ms=0.01) for n in ops[2:]]
+        return out
+
+    t = case_truth(merges_two, cases["block:se"])
+    assert t["covers"] and t["kernels"]["block"] > 1
+    assert t["fused"] is False and t["partial"] is True
+
+    def one_node(graph):
+        ops = [n.name for n in graph.topological_nodes() if n.op != "input"]
+        return [ExecutedNode("all", "Node", tuple(ops), time_ms=0.01)]
+
+    t = case_truth(one_node, cases["block:se"])
+    assert t["fused"] is True and "partial" not in t
