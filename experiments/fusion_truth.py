@@ -132,7 +132,7 @@ def run_backend(backend: str, rules_file: str | None = None) -> dict:
             try:
                 executed = prof.profile(case.models["block"], runs=3)
                 counts = {"block": kernel_count(executed)}
-                for role in set(separate_roles(case)):
+                for role in dict.fromkeys(separate_roles(case)):  # in order: stable files
                     sig = graph_signature(case.models[role])
                     if sig not in single_counts:
                         single_counts[sig] = kernel_count(

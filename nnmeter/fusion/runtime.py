@@ -136,7 +136,7 @@ def case_truth(profile: Any, case: Any, counts: dict[str, int] | None = None) ->
     counts = {} if counts is None else counts
     executed = profile(case.models["block"])
     k = {"block": kernel_count(executed)}
-    for role in set(separate_roles(case)):
+    for role in dict.fromkeys(separate_roles(case)):  # in order: stable files
         sig = graph_signature(case.models[role])
         if sig not in counts:
             counts[sig] = kernel_count(profile(case.models[role]))
@@ -175,7 +175,11 @@ def runtime_rules(rules: FusionRules, profile: Any, graphs: Iterable[Any] = (), 
     out, report = [], {}
     for p in tqdm(rules.patterns, desc=f"runtime rules {rules.backend_id}", unit="pattern",
                   disable=not progress):
-        info: dict[str, Any] = {"timed_fused": p.fused}
+        # the timing detector's decision; a rules file read from the runtime before
+        # keeps the one it recorded then
+        before = (p.extra or {}).get("runtime") if isinstance(p.extra, dict) else None
+        timed = before.get("timed_fused", p.fused) if isinstance(before, dict) else p.fused
+        info: dict[str, Any] = {"timed_fused": timed}
         fused = None
         if p.kind == "pair" and len(p.ops) == 2:
             hit = seen.get((rule_op(p.ops[0]), rule_op(p.ops[1])))
@@ -191,6 +195,8 @@ def runtime_rules(rules: FusionRules, profile: Any, graphs: Iterable[Any] = (), 
             else:
                 fused = t["fused"]
                 info.update(source="test case", covers=t["covers"], kernels=t["kernels"])
+                if t.get("partial"):
+                    info["partial"] = True
         if fused is None:
             fused = p.fused
             info.setdefault("source", "timed (no runtime evidence)")

@@ -66,6 +66,10 @@ def test_case_truth_and_runtime_rules():
     assert report["conv->bn"]["timed_fused"] is True and report["conv->bn"]["fused"] is False
     p = rules.pattern("pair", ("conv", "relu"))
     assert p.extra["runtime"]["fused_edges"] == 1
+    # read from the runtime again, a rules file keeps the timing detector's decisions
+    again, report2 = runtime_rules(rules, fake_profile, [_model()])
+    assert report2["conv->bn"]["timed_fused"] is True
+    assert again.pattern("pair", ("conv", "bn")).extra["runtime"]["timed_fused"] is True
 
 
 def test_a_block_that_still_runs_as_several_kernels_is_partial_not_fused():
