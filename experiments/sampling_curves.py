@@ -36,17 +36,6 @@ def read_rounds(path: Path) -> list[dict]:
     return out
 
 
-def curves(rounds: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    """kernel type -> [(rows measured, cross-validated ±10 % share)] in the log's order."""
-    by: dict[str, list[tuple[int, float]]] = {}
-    for r in rounds:
-        if r.get("cv_acc10") is None or r.get("n_measured_total") is None:
-            continue
-        by.setdefault(r["kernel_type"], []).append((int(r["n_measured_total"]),
-                                                    float(r["cv_acc10"])))
-    return by
-
-
 def main() -> int:
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
@@ -58,8 +47,10 @@ def main() -> int:
     path = kernel_dataset_dir(args.dataset) / "rounds.jsonl"
     if not path.exists():
         sys.exit(f"error: {path} does not exist; a build writes it (nnmeter build)")
+    from nnmeter.plots import sampling_points
+
     rounds = read_rounds(path)
-    by = curves(rounds)
+    by = sampling_points(rounds)
     if not by:
         sys.exit(f"error: {path} holds no round with a cross-validated accuracy")
     if args.json:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["kernel_type_bars", "predicted_vs_measured", "sampling_curves"]
+__all__ = ["kernel_type_bars", "predicted_vs_measured", "sampling_curves", "sampling_points"]
 
 
 def _plt() -> Any:
@@ -114,17 +114,24 @@ def predicted_vs_measured(predicted: Sequence[float], measured: Sequence[float],
     return _save(fig, path)
 
 
-def sampling_curves(rounds: Sequence[dict[str, Any]], path: str | os.PathLike, *,
-                    top: int = 12) -> Path:
-    """Cross-validated ±10 % accuracy after each sampling round, per kernel type (the
-    ``top`` types with the most rounds), against the rows measured so far."""
-    plt = _plt()
+def sampling_points(rounds: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """kernel type -> [(rows measured, cross-validated ±10 % share)] of the rounds that
+    report both, in the log's order (a dataset's ``rounds.jsonl`` rows)."""
     by: dict[str, list[tuple[int, float]]] = {}
     for r in rounds:
         if r.get("cv_acc10") is None or r.get("n_measured_total") is None:
             continue
         by.setdefault(r["kernel_type"], []).append((int(r["n_measured_total"]),
                                                     float(r["cv_acc10"])))
+    return by
+
+
+def sampling_curves(rounds: Sequence[dict[str, Any]], path: str | os.PathLike, *,
+                    top: int = 12) -> Path:
+    """Cross-validated ±10 % accuracy after each sampling round, per kernel type (the
+    ``top`` types with the most rounds), against the rows measured so far."""
+    plt = _plt()
+    by = sampling_points(rounds)
     if not by:
         raise ValueError("no sampling rounds with cv_acc10 to plot")
     types = sorted(by, key=lambda t: -len(by[t]))[:top]
