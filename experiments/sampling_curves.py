@@ -23,33 +23,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def read_rounds(path: Path) -> list[dict]:
-    """The round log's valid lines (a torn or foreign line is skipped)."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "kernel_type" in row:
-            out.append(row)
-    return out
-
-
 def main() -> int:
-    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.plots import sampling_points
+    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+    from nnmeter.predictors.facts import split_dataset_id
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", required=True, help="dataset id, e.g. ort-cpu@epyc-zen4-avx512-2c")
     ap.add_argument("--plot", default=None, help="write the curves to this PNG")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    path = kernel_dataset_dir(args.dataset) / "rounds.jsonl"
+    ds = KernelDataset(kernel_dataset_dir(args.dataset), split_dataset_id(args.dataset)[0])
+    path = ds.directory / ds.ROUNDS
     if not path.exists():
         sys.exit(f"error: {path} does not exist; a build writes it (nnmeter build)")
-    from nnmeter.plots import sampling_points
-
-    rounds = read_rounds(path)
+    rounds = [r for r in ds.rounds() if "kernel_type" in r]
     by = sampling_points(rounds)
     if not by:
         sys.exit(f"error: {path} holds no round with a cross-validated accuracy")

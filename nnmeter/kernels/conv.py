@@ -22,7 +22,7 @@ from typing import Any
 from nnmeter.ir.builder import GraphBuilder, same_pads
 from nnmeter.ir.graph import Node, Ref
 from nnmeter.kernels._tail import HeadCost, TailKernelType, register_family
-from nnmeter.kernels.base import conv_output_hw, positive_ints
+from nnmeter.kernels.base import conv_output_hw, positive_ints, topo_nodes
 
 __all__ = ["ConvConfig", "ConvKernel", "GroupedConvConfig", "GroupedConvKernel", "is_grouped"]
 
@@ -177,9 +177,8 @@ class GroupedConvKernel(ConvKernel):
         return super().build_head(b, config.dense())
 
     def config_from_nodes(self, graph: Any, names: Any) -> GroupedConvConfig:
-        wanted = set(names)
-        conv = next(n for n in graph.topological_nodes() if n.name in wanted and n.op == "conv")
-        return self.head_config(conv)
+        # the IR op of a grouped convolution is ``conv`` (there is no ``gconv`` op)
+        return self.head_config(next(n for n in topo_nodes(graph, names) if n.op == "conv"))
 
 
 #: tails a grouped convolution takes (those of the dense one)

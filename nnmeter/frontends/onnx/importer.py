@@ -51,6 +51,7 @@ class Importer:
         self.graph: ModelGraph | None = None
         self.added: list[str] = []
         self.nodes: list[Any] = []
+        self._producers: dict[str, int] | None = None  # tensor -> node index (producer())
 
     # -- helpers ---------------------------------------------------------------------
     def is_const(self, name: str) -> bool:
@@ -77,6 +78,15 @@ class Importer:
             shape = value.shape
         self.consts[name] = value
         self.const_shapes[name] = tuple(int(d) for d in shape)
+
+    def producer(self, tensor: str) -> int | None:
+        """The index of the node that computes ``tensor``, None for a graph input or an
+        initializer (an index built on first use)."""
+        index = self._producers
+        if index is None:
+            index = self._producers = {t: i for i, n in enumerate(self.nodes)
+                                       for t in n.output if t}
+        return index.get(tensor)
 
     def sole_consumer(self, tensor: str) -> Any | None:
         """The one node reading ``tensor`` (by index), None if several, none, or an output."""

@@ -52,15 +52,14 @@ def _fold_now(imp: Importer, tensor: str, depth: int = 0) -> None:
 
     if not tensor or imp.consts.get(tensor) is not None or depth > 32:
         return
-    for j, n in enumerate(imp.nodes):
-        if tensor in n.output:
-            if j in imp.done:
-                return
-            for t in n.input:
-                _fold_now(imp, t, depth + 1)
-            if try_fold(imp, n):
-                imp.done.add(j)
-            return
+    j = imp.producer(tensor)
+    if j is None or j in imp.done:
+        return
+    n = imp.nodes[j]
+    for t in n.input:
+        _fold_now(imp, t, depth + 1)
+    if try_fold(imp, n):
+        imp.done.add(j)
 
 
 def _slice_range(imp: Importer, node: Any, rank: int, dims: tuple[int, ...]) -> tuple[int, int, int]:
