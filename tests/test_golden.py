@@ -34,14 +34,14 @@ def graphs():
 
 def test_golden_covers_every_committed_dataset(stored):
     assert sorted(stored) == sorted(capture.golden_datasets())
-    for backend, preds in stored.items():
-        assert len(preds) >= 5 * 13 + 2, backend
+    for dataset_id, preds in stored.items():
+        assert len(preds) >= 5 * 13 + 2, dataset_id
 
 
-@pytest.mark.parametrize("backend_id", capture.golden_datasets())
-def test_predictions_unchanged(backend_id, stored, graphs):
-    now = capture.predictions(backend_id, graphs)
-    want = stored[backend_id]
+@pytest.mark.parametrize("dataset_id", capture.golden_datasets())
+def test_predictions_unchanged(dataset_id, stored, graphs):
+    now = capture.predictions(dataset_id, graphs)
+    want = stored[dataset_id]
     assert sorted(now) == sorted(want)
     for name, w in want.items():
         got = now[name]

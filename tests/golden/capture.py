@@ -1,8 +1,14 @@
 """Capture (or check) the golden predictions: every committed dataset predicts the zoo's
 variants and the examples; totals and per-kernel times are stored to the last bit.
 
+The goldens are keyed by dataset id (``ort-cpu@epyc-zen4-avx512-2c``), each dataset
+loaded by name, so what they check does not depend on which device's predictor this
+machine would pick.
+
 Run ``python tests/golden/capture.py`` to rewrite ``predictions.json`` (only in a commit
-that explains why a prediction moved); ``tests/test_golden.py`` checks against it.
+that explains why a prediction moved), or ``python tests/golden/capture.py DATASET ...``
+to (re)capture only those datasets, keeping the others' stored values (a new dataset's
+goldens); ``tests/test_golden.py`` checks against it.
 """
 
 from __future__ import annotations
@@ -34,16 +40,20 @@ def golden_graphs():
 
 
 def golden_datasets() -> list[str]:
-    from nnmeter.predictors import available_predictors
+    """Every committed kernel dataset's id."""
+    from nnmeter.devices.datasets import device_datasets
 
-    return available_predictors(ROOT)
+    return [d.dataset_id for d in device_datasets(None, ROOT)]
 
 
-def predictions(backend_id: str, graphs) -> dict:
+def predictions(dataset_id: str, graphs) -> dict:
     """{model: {"total_ms", "kernels": [[type, ms], ...], "many_ms"}} on one dataset."""
+    from nnmeter.devices.datasets import device_datasets
     from nnmeter.predictors import load_predictor
 
-    pred = load_predictor(backend_id, root=ROOT)
+    backend_id = next(d.backend_id for d in device_datasets(None, ROOT)
+                      if d.dataset_id == dataset_id)
+    pred = load_predictor(backend_id, dataset=dataset_id, root=ROOT)
     many = pred.predict_many([g for _, g in graphs])
     out = {}
     for (name, g), m in zip(graphs, many):
@@ -53,13 +63,22 @@ def predictions(backend_id: str, graphs) -> dict:
     return out
 
 
-def capture() -> dict:
+def capture(only: list[str] | None = None) -> dict:
+    """Every dataset's goldens; with ``only``, those datasets captured anew and the
+    other committed datasets' values kept from ``predictions.json``."""
     graphs = golden_graphs()
-    return {b: predictions(b, graphs) for b in golden_datasets()}
+    ids = golden_datasets()
+    unknown = sorted(set(only or ()) - set(ids))
+    if unknown:
+        raise SystemExit(f"capture.py: no committed dataset {', '.join(unknown)}; "
+                         f"datasets: {', '.join(ids)}")
+    stored = json.loads(GOLDEN.read_text()) if only and GOLDEN.exists() else {}
+    return {d: stored[d] if only and d not in only and d in stored else predictions(d, graphs)
+            for d in ids}
 
 
 if __name__ == "__main__":
-    data = capture()
+    data = capture(sys.argv[1:] or None)
     GOLDEN.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
     n = sum(len(v) for v in data.values())
     print(f"wrote {GOLDEN} ({len(data)} datasets, {n} predictions)", file=sys.stderr)
