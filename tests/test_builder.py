@@ -337,13 +337,14 @@ def test_build_settings_reject_a_calibration_share_outside_zero_to_one(value):
 
 
 def _fake_calibrations(monkeypatch, work, partial=()):
-    """Replace the weight-stream and chain calibrations by fakes that record the
-    deadline each got and take no time; ``work`` is what each says it has to measure."""
+    """Replace the weight-stream, chain and in-model calibrations by fakes that record
+    the deadline each got and take no time; ``work`` is what each says it has to measure
+    (the in-model calibration 0 unless given)."""
     import time
 
     from nnmeter.predictors import terms
     from nnmeter.predictors.composition import Composition
-    from nnmeter.predictors.terms import ChainTerm, RefetchTerm
+    from nnmeter.predictors.terms import ChainTerm, InModelTerm, RefetchTerm
 
     got = []
 
@@ -358,10 +359,10 @@ def _fake_calibrations(monkeypatch, work, partial=()):
             return rec
         return classmethod(measure)
 
-    for term in (RefetchTerm, ChainTerm):
+    for term in (RefetchTerm, ChainTerm, InModelTerm):
         monkeypatch.setattr(term, "measure", fake(term))
         monkeypatch.setattr(term, "planned_work",
-                            classmethod(lambda cls, b, d, n=work[term.name]: n))
+                            classmethod(lambda cls, b, d, n=work.get(term.name, 0): n))
     monkeypatch.setattr(terms, "composition_before", lambda *a: Composition(()))
     return got
 
@@ -387,12 +388,13 @@ def test_calibrate_splits_its_deadline_by_planned_work_and_continues_partial_rec
     got = _fake_calibrations(monkeypatch, {"weight_refetch": 1, "chain": 3}, partial=("chain",))
     for name in ("weight_stream.json", "chain_excess.json"):
         points_path(d, name).write_text("{}\n")
-    assert pending_calibrations("fake-cpu", d) == ["weight_refetch", "chain"]
+    assert pending_calibrations("fake-cpu", d) == ["weight_refetch", "chain", "in_model"]
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="nnmeter.builder"):
-        assert calibrate("fake-cpu", d, deadline=start + 100.0) == ["weight_refetch", "chain"]
-    (first, t1, d1), (second, t2, d2) = got
-    assert (first, second) == ("weight_refetch", "chain")
+        assert calibrate("fake-cpu", d, deadline=start + 100.0) == \
+            ["weight_refetch", "chain", "in_model"]
+    (first, t1, d1), (second, t2, d2), (third, _, d3) = got
+    assert (first, second, third) == ("weight_refetch", "chain", "in_model")
     assert d1 - t1 == pytest.approx(25.0, abs=1.0)  # 1 of 4 units of work
     assert d2 == pytest.approx(start + 100.0, abs=1e-6)  # the rest: all that is left
     assert any("partial" in r.getMessage() and "chain" in r.getMessage() for r in caplog.records)
@@ -402,7 +404,7 @@ def test_calibrate_splits_its_deadline_by_planned_work_and_continues_partial_rec
     # a partial record is calibrated again, a complete one is not
     assert pending_calibrations("fake-cpu", d) == ["chain"]
     assert calibrate("fake-cpu", d) == ["chain"] and got[-1][0] == "chain" and got[-1][2] is None
-    assert len(got) == 3
+    assert len(got) == 4
 
 
 def test_calibrate_starts_nothing_without_time_left(tmp_path, monkeypatch, caplog):
@@ -416,7 +418,7 @@ def test_calibrate_starts_nothing_without_time_left(tmp_path, monkeypatch, caplo
     with caplog.at_level(logging.WARNING, logger="nnmeter.builder"):
         assert calibrate("fake-cpu", d, deadline=time.monotonic() - 1.0) == []
     assert got == [] and not (d / "chain_excess.json").exists()
-    assert sum("no calibration time left" in r.getMessage() for r in caplog.records) == 2
+    assert sum("no calibration time left" in r.getMessage() for r in caplog.records) == 3
 
 
 @pytest.mark.parametrize("train, records", [(False, False), (True, False), (True, True)])
@@ -429,7 +431,7 @@ def test_the_budget_bounds_profiling_calibrations_and_training(tmp_path, monkeyp
 
     d = _calibration_dataset(tmp_path)
     if records:  # every calibration done: profiling keeps the budget less the reserve
-        for name in ("weight_stream.json", "chain_excess.json"):
+        for name in ("weight_stream.json", "chain_excess.json", "in_model.json"):
             (d / name).write_text(json.dumps({"fingerprint_id": "x"}))
     seen = {}
 

@@ -69,11 +69,17 @@ def train_predictor(backend_id: str, dataset_dir: str | os.PathLike, rules: Any,
     composition = Composition.fit(ctx, TERMS, names=terms)
     regressors, counts = fit_regressors(ctx.data, ds, settings)
     meta = ds.meta() or {}
-    return LatencyPredictor(
+    pred = LatencyPredictor(
         backend_id, rules, regressors, device=meta.get("device"), composition=composition,
         meta={"samples": counts, "settings": settings.as_dict(),
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(dataset_dir)},
     )
+    if terms is None or "in_model" in terms:
+        # fitted on the predictor's own estimates of whole models measured on the device
+        from nnmeter.predictors.terms.in_model import fit_in_model
+
+        pred = fit_in_model(pred, ds)
+    return pred
 
 
 def fit_regressors(data: dict[str, KernelData], choice: KernelDataset,

@@ -441,9 +441,13 @@ def train_transfer(backend_id: str, ds: Any, rules: Any, settings: Any, source: 
                "paired_rows": int(sum(np.sum(_paired_mask(ctx_t.data[t], ctx_s.data.get(t)))
                                       for t in pairs)),
                "source": rec["source_dataset"]}
-    return LatencyPredictor(
+    pred = LatencyPredictor(
         backend_id, rules, regressors, device=meta.get("device"), composition=comp_t,
         meta={"samples": counts, "settings": settings.as_dict(),
               "fingerprint_id": meta.get("fingerprint_id"), "dataset": str(ds.directory),
               "transfer": {"source": rec["source_dataset"], "summary": summary,
                            }})
+    # this device's own whole models, measured by the transfer build's calibrations
+    from nnmeter.predictors.terms.in_model import fit_in_model
+
+    return fit_in_model(pred, ds)

@@ -39,6 +39,12 @@ EXPECTED = [
      ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
       "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"),
      "sapphirerapids", "amx", 16, "xeon-8480-sapphirerapids-amx-16c"),
+    # a KVM guest whose hypervisor reports a model number that names no AMX core (167)
+    # and a bare "Intel(R) Xeon(R) Processor": the name falls back to family and model
+    ("xeon-kvm-amx", 2, "GenuineIntel", 6, 167, 1, "x86_64",
+     ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+      "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"),
+     "", "amx", 16, "xeon-f6m167-amx-2c"),
     ("graviton2", 2, "ARM", None, 0xD0C, 1, "aarch64",
      ("neon", "asimd", "asimdhp", "asimddp"), "neoverse-n1", "dotprod", 4,
      "neoverse-n1-dotprod-2c"),

@@ -39,7 +39,7 @@ def test_the_floor_rule_keeps_a_share_of_every_row():
 
 def test_terms_are_registered_in_their_order():
     assert TERMS.ordered() == ["overhead", "weight_refetch", "absorbed", "reorders", "edges",
-                               "chain"]
+                               "chain", "in_model"]
     # the floors: one rule, each term's own share
     assert TERMS.get("reorders").keep_share == TERMS.get("edges").keep_share == 0.25
     assert TERMS.get("chain").keep_share == 0.5

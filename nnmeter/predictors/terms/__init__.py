@@ -7,7 +7,8 @@ subclass and one line below; third parties register theirs through the
 
 Order matters: the overhead comes off first (the reorder line is fitted on rows without
 it), weight refetch adjusts kernel times before absorbed kernels are set to 0, and the
-reorders read which kernels were absorbed.
+reorders read which kernels were absorbed. The in-model factor comes last: it is
+fitted on the predictor's own estimates of whole models, every other term applied.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 from nnmeter.predictors.terms.absorbed import AbsorbedTerm
 from nnmeter.predictors.terms.chain import ChainTerm
 from nnmeter.predictors.terms.edges import EdgesTerm
+from nnmeter.predictors.terms.in_model import InModelTerm
 from nnmeter.predictors.terms.overhead import OverheadTerm
 from nnmeter.predictors.terms.refetch import RefetchTerm
 from nnmeter.predictors.terms.reorders import ReordersTerm
 from nnmeter.registry import Registry
 
 __all__ = ["TERMS", "composition_before", "OverheadTerm", "RefetchTerm", "AbsorbedTerm", "ReordersTerm",
-           "EdgesTerm", "ChainTerm"]
+           "EdgesTerm", "ChainTerm", "InModelTerm"]
 
 TERMS: Registry[type] = Registry("composition terms",
                                  entry_point_group="nnmeter.composition_terms")
@@ -33,6 +35,7 @@ TERMS.register(AbsorbedTerm.name, AbsorbedTerm)
 TERMS.register(ReordersTerm.name, ReordersTerm)
 TERMS.register(EdgesTerm.name, EdgesTerm)
 TERMS.register(ChainTerm.name, ChainTerm)
+TERMS.register(InModelTerm.name, InModelTerm)
 
 
 def composition_before(backend_id: str, dataset_dir: Any, name: str) -> Any:

@@ -1,0 +1,258 @@
+"""Kernels inside a whole model: how much slower (or faster) a device runs its kernels
+in a model than alone, fitted on whole models measured on that device.
+
+A single-kernel measurement runs one kernel hundreds of times with its weights and
+input hot in the core's own caches. Inside a model the rest of the model runs in
+between, and how much that costs depends on the device's cache hierarchy, not on the
+kernel alone. On the AMD EPYC (Zen 4, 1 MiB L2, 32 MiB L3) where nnmeter's first data
+was measured the two agree: a zoo MobileNetV2 takes what its kernels' sum says. On a
+2-vCPU Intel Xeon with AMX (2 MiB L2 per core and a large, slow shared L3), the same
+variants took 1.24-1.27x the sum of their kernels measured alone on that machine
+(``experiments/kernel_sum_check.py``; 5.75 ms against 4.55 ms for one), while dense
+ResNet-style convolutions, which hide the refetch under their compute, stay near 1x.
+The composition terms calibrated on kernels (overhead, reorders, chain) cannot see
+this: it shows only in whole models.
+
+So the builder measures a few whole models (:func:`calibration_models`: up to
+:data:`VARIANTS` zoo variants of every family with the kernel sampler's seed 0, never
+one of the reported model sets, seeds 1000 and 2000; the heavy ones skipped: 36
+models, about two minutes on one core), and
+after the regressors are trained
+:func:`~nnmeter.predictors.terms.in_model.fit_in_model` fits one factor per kernel group
+(:data:`GROUPS`: dense convolutions, depthwise convolutions, fully connected, the
+rest) that scales the group's kernel times inside a model, minimising the squared log
+error of those models' totals with a ridge pull of every log factor towards 0 (a
+factor of 1, :data:`RIDGE`), clipped to [1/2, 2]. A device where kernels behave alike
+in and out of a model gets factors near 1.
+
+Records: ``<dataset>/in_model.json`` (``points``: variant name and measured ms;
+``fingerprint_id``); its points go to ``in_model.points.jsonl`` as they are measured
+(:class:`~nnmeter.predictors.calibration_points.CalibrationPoints`), so a stopped
+calibration resumes. The term itself is :class:`nnmeter.predictors.terms.in_model.InModelTerm`.
+
+Examples
+--------
+>>> group_of("conv-bn-relu"), group_of("dwconv-bn-relu6"), group_of("gap")
+('conv', 'dwconv', 'other')
+>>> import numpy as np
+>>> K = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])   # two groups, three models
+>>> f = fit_factors(K, np.zeros(3), np.array([1.5, 1.0, 2.5]), ridge=0.0)
+>>> [round(x, 2) for x in f]
+[1.5, 1.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnmeter.errors import DatasetError, FingerprintMismatchError
+
+__all__ = ["IN_MODEL_FILE", "GROUPS", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
+           "calibration_models", "planned_in_model_work", "measure_in_model",
+           "read_in_model", "fit_factors"]
+
+logger = logging.getLogger(__name__)
+
+#: the calibration record under the dataset
+IN_MODEL_FILE = "in_model.json"
+#: the kernel groups that get a factor each
+GROUPS: tuple[str, ...] = ("conv", "dwconv", "fc", "other")
+#: zoo variants per family measured (the first of :data:`DRAWN` drawn under the cap),
+#: and their sampler seed (the kernel builder's)
+VARIANTS = 3
+DRAWN = 6
+SEED = 0
+#: variants above this many FLOPs (1e9) are not measured: a 57 GFLOPs VGG variant takes
+#: 0.45 s a run, and every family but VGG has light variants
+MAX_GFLOPS = 8.0
+#: weight of the pull of every log factor towards 0, against the sum of squared log
+#: errors of the models
+RIDGE = 0.5
+#: factors are kept within [1/CLIP, CLIP]
+CLIP = 2.0
+
+
+def group_of(kernel_type: str) -> str:
+    """The group of :data:`GROUPS` a kernel type's in-model factor comes from."""
+    from nnmeter.predictors.kernel_data import family_of
+
+    fam = family_of(kernel_type)
+    if fam in ("conv", "gconv", "convtranspose"):
+        return "conv"
+    return fam if fam in ("dwconv", "fc") else "other"
+
+
+def calibration_models() -> list[Any]:
+    """The zoo variants the calibration measures, round-robin over the families (so a
+    calibration cut short still covers every family it reached): per family the first
+    :data:`VARIANTS` of :data:`DRAWN` drawn with seed :data:`SEED` that are under
+    :data:`MAX_GFLOPS`."""
+    from nnmeter import zoo
+    from nnmeter.ir.cost import graph_cost
+
+    per_family = []
+    for fam in zoo.FAMILY_NAMES:
+        keep = []
+        for v in zoo.sample_variants(fam, DRAWN, seed=SEED):
+            if len(keep) < VARIANTS and graph_cost(v.build()).flops <= MAX_GFLOPS * 1e9:
+                keep.append(v)
+        per_family.append(keep)
+    out = []
+    for i in range(VARIANTS):
+        out += [vs[i] for vs in per_family if i < len(vs)]
+    return out
+
+
+def planned_in_model_work(backend_id: str, dataset_dir: str | os.PathLike) -> int:
+    """Measurements :func:`measure_in_model` still has to make (each a whole model,
+    counted as 5 kernel measurements for the builder's split of its time)."""
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+    from nnmeter.predictors.dataset import KernelDataset
+
+    done = CalibrationPoints.of(KernelDataset(Path(dataset_dir), backend_id),
+                                IN_MODEL_FILE).load()
+    return 5 * sum(1 for v in calibration_models() if v.name not in done)
+
+
+def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
+                     core: int | None = 1, profiler: Any = None,
+                     deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
+    """Measure the :func:`calibration_models` whole on this device.
+
+    Every measured model is appended to ``in_model.points.jsonl`` at once; one already
+    there is not measured again. From ``deadline`` (a ``time.monotonic()`` time) on no
+    model is started once there are points, and the record is marked ``partial``.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    DatasetError
+        If no model could be measured.
+    """
+    from tqdm import tqdm
+
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    log = CalibrationPoints.of(ds, IN_MODEL_FILE)
+    stored = log.load()
+    models = calibration_models()
+    points: list[dict[str, Any]] = []
+    missing = 0
+    fid = None
+    prof = profiler
+    bar = tqdm(total=len(models), unit="model", disable=not progress,
+               initial=sum(1 for v in models if v.name in stored),
+               desc=f"calibrate kernels inside models ({backend_id})")
+    try:
+        for v in models:
+            if v.name in stored:
+                points.append(dict(stored[v.name]))
+                continue
+            if deadline is not None and time.monotonic() >= deadline and (points or stored):
+                missing += 1
+                continue
+            if prof is None:
+                prof = Profiler(backend_id, core=core)
+            m = prof.measure(v.build())
+            bar.update(1)
+            if not m.ok:
+                logger.warning("in-model calibration: %s failed: %s", v.name, m.error)
+                continue
+            fid = m.device.fingerprint_id if m.device is not None else fid
+            if ds.fingerprint_id is not None and fid is not None and \
+                    fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
+                raise FingerprintMismatchError(
+                    f"dataset {ds.directory} was measured on fingerprint "
+                    f"{ds.fingerprint_id!r}, this device is {fid!r}; calibrate on the device "
+                    f"that measured the dataset")
+            point = {"variant": v.name, "family": v.family, "latency_ms": float(m.latency_ms),
+                     "spread": float(m.spread) if m.spread is not None else None}
+            points.append(point)
+            log.append(v.name, point)
+    finally:
+        bar.close()
+        if prof is not None and profiler is None:
+            prof.close()
+    if not points:
+        raise DatasetError(f"no model of the in-model calibration could be measured on "
+                           f"{backend_id}; nothing to fit")
+    rec = {"backend_id": backend_id, "fingerprint_id": fid or ds.fingerprint_id,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "seed": SEED,
+           "variants_per_family": VARIANTS, "max_gflops": MAX_GFLOPS, "points": points}
+    if missing:
+        mark_partial(rec, planned=len(models), measured=len(points))
+    return rec
+
+
+def read_in_model(dataset: Any) -> dict[str, Any] | None:
+    """The dataset's in-model record, or None when it has none (or says
+    ``"apply": false``).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the record was measured on another fingerprint than the dataset.
+    DatasetError
+        If the file is not valid JSON or holds no points.
+    """
+    from nnmeter.predictors.dataset import read_calibration
+
+    record = read_calibration(dataset, IN_MODEL_FILE, remedy="measure it again (rerun "
+                              "`nnmeter build` on the device, or delete the file)")
+    if record is None:
+        return None
+    points = record.get("points")
+    if not isinstance(points, list) or not points:
+        raise DatasetError(f"{Path(dataset.directory) / IN_MODEL_FILE} holds no 'points'; "
+                           f"measure it again or delete it")
+    if record.get("apply", True) is False:
+        return None
+    return record
+
+
+def fit_factors(K: np.ndarray, rest: np.ndarray, measured: np.ndarray, *,
+                ridge: float = RIDGE, clip: float = CLIP) -> list[float]:
+    """One factor per column of ``K`` (models x groups: each group's predicted kernel ms
+    in each model) minimising ``sum_m log((rest_m + K_m . f) / measured_m)^2 +
+    ridge * sum_g log(f_g)^2``; a group with no time in any model keeps 1.
+
+    Raises
+    ------
+    ValueError
+        If the shapes disagree or a measured time is not positive.
+    """
+    from scipy.optimize import least_squares
+
+    K = np.asarray(K, float)
+    rest = np.asarray(rest, float)
+    measured = np.asarray(measured, float)
+    if K.ndim != 2 or len(K) != len(rest) or len(K) != len(measured):
+        raise ValueError(f"fit_factors: K {K.shape}, rest {rest.shape}, measured "
+                         f"{measured.shape} disagree")
+    if (measured <= 0).any():
+        raise ValueError("fit_factors: every measured time must be positive")
+    live = K.sum(axis=0) > 0
+    out = np.zeros(K.shape[1])
+    if live.any():
+        Kl = K[:, live]
+
+        def residuals(u: np.ndarray) -> np.ndarray:
+            pred = rest + Kl @ np.exp(u)
+            return np.concatenate([np.log(np.maximum(pred, 1e-12) / measured),
+                                   math.sqrt(ridge) * u])
+
+        bound = math.log(clip)
+        sol = least_squares(residuals, np.zeros(int(live.sum())), bounds=(-bound, bound))
+        out[live] = sol.x
+    return [float(math.exp(u)) for u in out]

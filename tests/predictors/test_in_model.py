@@ -1,0 +1,185 @@
+"""The in-model factor: kernel groups scaled by what whole models measured on the device
+say, fitted after the regressors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from nnmeter.backends.base import DeviceInfo, Measurement
+from nnmeter.builder import build_predictor
+from nnmeter.fusion.rules import FusionRules
+from nnmeter.predictors import clear_memo, load_predictor
+from nnmeter.predictors.composition import Composition
+from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+from nnmeter.predictors.in_model import (GROUPS, IN_MODEL_FILE, calibration_models,
+                                         fit_factors, group_of, measure_in_model,
+                                         planned_in_model_work)
+from nnmeter.predictors.terms import TERMS
+from nnmeter.predictors.terms.in_model import InModelTerm
+from nnmeter.zoo import get_variant
+
+RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
+
+
+class LinearProfiler:
+    """A fake device: time = a linear cost of the graph plus an overhead."""
+
+    def __init__(self, scale: float = 1.0):
+        self.device = DeviceInfo("fake cpu", 2, "onnxruntime", "1", {"threads": 1}, "x86_64",
+                                 vendor="Fake", family=1, model=1, stepping=1,
+                                 isa=("avx2", "fma"), caches={"L3": 1 << 25}, name="fake")
+        self.scale, self.calls = scale, 0
+
+    def close(self):
+        """No worker process to stop."""
+
+    def measure(self, graph, on_error="record", **protocol):
+        self.calls += 1
+        c = graph.cost()
+        ms = 0.01 + self.scale * (2e-8 * c.flops + 1e-7 * c.memory_bytes)
+        return Measurement(ms, ms, ms, 0.0, 0.0, 1, 1, self.device)
+
+
+PRIOR = {
+    "conv-bn-relu": [{"h": h, "w": h, "cin": c, "cout": c, "kernel": k, "stride": 1,
+                      "groups": 1, "pads": None}
+                     for h in (7, 14, 28, 56) for c in range(8, 200, 24) for k in (1, 3)],
+    "relu": [{"h": h, "w": h, "cin": c} for h in (7, 14, 28, 56) for c in (16, 32, 64, 128)],
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A data root with one small dataset (``ort-cpu@fake``) and its rules."""
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("in_model")
+    (root / "rules").mkdir()
+    RULES.to_json(root / "rules" / "ort-cpu.json")
+    mp.setenv("NNMETER_FUSION_RULES_DIR", str(root / "rules"))
+    mp.setenv("NNMETER_CACHE", str(root / "cache"))
+    build_predictor("ort-cpu", dataset="ort-cpu@fake", budget_minutes=5, root=root,
+                    profiler=LinearProfiler(), rules=RULES, prior_configs=PRIOR,
+                    progress=False, train=False, max_samples_per_type=60, rounds=0,
+                    initial_fraction=1.0, kernels=list(PRIOR))
+    yield root
+    mp.undo()
+    clear_memo()
+
+
+def test_groups_cover_every_kernel_type():
+    from nnmeter.kernels import KERNEL_TYPES
+
+    assert group_of("conv-bn-relu") == "conv" and group_of("gconv-bn") == "conv"
+    assert group_of("dwconv-bn-relu6") == "dwconv" and group_of("fc-relu") == "fc"
+    assert {group_of(t) for t in KERNEL_TYPES.names()} <= set(GROUPS)
+
+
+def test_fit_factors_recovers_known_factors_and_ridge_pulls_to_one():
+    rng = np.random.default_rng(0)
+    K = rng.uniform(0.1, 2.0, size=(30, 3))
+    K[:, 2] = 0.0  # a group no model spends time in keeps 1
+    rest = np.full(30, 0.05)
+    measured = rest + K @ np.array([1.3, 0.8, 5.0])
+    f = fit_factors(K, rest, measured, ridge=0.0)
+    assert f[0] == pytest.approx(1.3, rel=1e-4) and f[1] == pytest.approx(0.8, rel=1e-4)
+    assert f[2] == 1.0
+    pulled = fit_factors(K, rest, measured, ridge=100.0)
+    assert 1.0 < pulled[0] < 1.3 and 0.8 < pulled[1] < 1.0
+    clipped = fit_factors(K, rest, rest + 10 * K.sum(axis=1), ridge=0.0)
+    assert clipped[0] == pytest.approx(2.0) and clipped[1] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="disagree"):
+        fit_factors(K, rest[:3], measured)
+    with pytest.raises(ValueError, match="positive"):
+        fit_factors(K, rest, -measured)
+
+
+def test_the_term_scales_its_groups_and_round_trips_through_records():
+    t = InModelTerm((("conv", 1.5), ("dwconv", 1.0), ("fc", 0.5), ("other", 1.0)), 12)
+    assert t.factor("conv-bn-relu") == 1.5 and t.factor("fc") == 0.5
+    assert t.factor("relu") == 1.0
+    back = Composition.from_records(json.loads(json.dumps(Composition((t,)).records())),
+                                    TERMS)
+    assert back.terms[0].factor("conv-bn") == 1.5 and back.terms[0].models == 12
+    assert InModelTerm.fit(None) is None  # fitted after the regressors, not in the pass
+
+
+def test_calibration_models_are_light_seed_zero_variants_round_robin():
+    models = calibration_models()
+    fams = [m.family for m in models]
+    assert len(set(fams)) >= 12 and all(m.seed == 0 for m in models)
+    # round-robin: the first models are one of each family
+    assert len(set(fams[:len(set(fams))])) == len(set(fams))
+    from nnmeter.ir.cost import graph_cost
+
+    assert all(graph_cost(m.build()).flops <= 8e9 for m in models)
+
+
+def test_measuring_resumes_and_stops_at_its_deadline(world):
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    prof = LinearProfiler()
+    cut = measure_in_model("ort-cpu", d, profiler=prof, deadline=time.monotonic() - 1)
+    assert prof.calls == 1 and cut["partial"] and cut["points_measured"] == 1
+    assert planned_in_model_work("ort-cpu", d) == 5 * (len(calibration_models()) - 1)
+    prof2 = LinearProfiler()
+    rec = measure_in_model("ort-cpu", d, profiler=prof2)
+    assert prof2.calls == len(calibration_models()) - 1  # the stored point is not redone
+    assert not rec.get("partial") and len(rec["points"]) == len(calibration_models())
+    assert {p["variant"] for p in rec["points"]} == {m.name for m in calibration_models()}
+
+
+def test_a_predictor_fits_its_factors_on_the_measured_models(world):
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    plain = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+    assert "in_model" not in plain.composition.names
+    names = [m.name for m in calibration_models() if m.family in ("nasbench201", "resnet",
+                                                                  "squeezenet")]
+    graphs = [get_variant(n).build() for n in names]
+    # this device runs the convolutions 1.4x slower inside a model than alone
+    truth = []
+    for g in graphs:
+        r = plain.predict(g, check_device=False)
+        conv = sum(x.predicted_ms for x in r.rows if group_of(x.type) == "conv")
+        truth.append(r.total_ms + 0.4 * conv)
+    rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+           "points": [{"variant": n, "latency_ms": ms} for n, ms in zip(names, truth)]}
+    (d / IN_MODEL_FILE).write_text(json.dumps(rec))
+    try:
+        fitted = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world)
+        assert fitted.composition.names[-1] == "in_model"
+        factors = fitted.meta["in_model"]["factors"]
+        assert 1.25 < factors["conv"] < 1.45
+        errs = [abs(fitted.predict(g, check_device=False).total_ms / t - 1)
+                for g, t in zip(graphs, truth)]
+        assert max(errs) < 0.05
+        rep = fitted.predict(graphs[0], check_device=False)
+        row = next(t for t in rep.terms if t.name == "in_model")
+        assert row.kernel_ms > 0 and row.kernels > 0
+        assert fitted.predict_many(graphs) == pytest.approx(
+            [fitted.predict(g, check_device=False).total_ms for g in graphs], abs=1e-12)
+        # the cached predictor reads the term back with the same factors
+        clear_memo()
+        again = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world)
+        assert again.predict(graphs[0], check_device=False).total_ms == \
+            pytest.approx(rep.total_ms, abs=1e-12)
+    finally:
+        (d / IN_MODEL_FILE).unlink()
+        clear_memo()
+
+
+def test_a_record_without_points_is_a_clear_error(world):
+    from nnmeter.errors import DatasetError
+
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    (d / IN_MODEL_FILE).write_text(json.dumps({"fingerprint_id": ds.fingerprint_id,
+                                               "points": []}))
+    try:
+        with pytest.raises(DatasetError, match="in_model.json holds no 'points'"):
+            load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+    finally:
+        (d / IN_MODEL_FILE).unlink()
