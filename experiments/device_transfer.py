@@ -15,14 +15,16 @@ device is OpenVINO with oneDNN limited to AVX2 kernels, ONEDNN_MAX_CPU_ISA=AVX2)
 For each predictor and set: models within ±10 % and ±5 % of the measured time (the
 faster of the set's two passes, measured in one run), MAPE, and beside them the
 repeatability: the share of models whose two passes agree within ±10 %. Measurements
-and wall minutes of a build come from its dataset (rows, ``builds.jsonl``). Writes
-experiments/results/device_transfer_<backend>.{txt,json} and each dataset's
+and wall minutes of a build come from its dataset (rows, ``builds.jsonl``); a predictor with the in-model term is also scored without it, and a
+per-family table gives each predictor's median signed error. Writes
+experiments/results/device_transfer_<backend>[@<truth device>].{txt,json} and each dataset's
 ``accuracy.json`` (shown by ``nnmeter devices``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from pathlib import Path
@@ -73,6 +75,7 @@ def main() -> None:
     from nnmeter import zoo
     from nnmeter.evaluate import evaluate
     from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.composition import Composition
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -131,6 +134,8 @@ def main() -> None:
                      f"{100 * rep:.1f} % of {n_pairs}")
         lines.append(f"{'predictor':30s} {'measurements':>12s} {'minutes':>8s} "
                      f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}")
+        per_family: dict[str, np.ndarray] = {}
+        fam_of = np.array([zoo.get_variant(n).family for n in names])
         for label, b, ds_id, unadapted in preds:
             pred = load_predictor(b, dataset=ds_id)
             got = np.array(pred.predict_many(graphs))
@@ -141,6 +146,19 @@ def main() -> None:
             report["predictors"][label][f"seed{seed}"] = m.as_dict()
             lines.append(f"{label:30s} {n:12d} {minutes:8.1f} {100 * m.acc10:6.1f} "
                          f"{100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
+            per_family[label] = got / true - 1
+            if "in_model" in pred.composition.names:
+                # the same predictor without the factor fitted on whole models measured
+                # on the device (nnmeter.predictors.in_model): what that calibration buys
+                bare = copy.copy(pred)
+                bare.composition = Composition(tuple(t for t in pred.composition.terms
+                                                     if t.name != "in_model"))
+                mb = evaluate(np.array(bare.predict_many(graphs)), true)
+                blabel = f"{label} without in-model term"
+                report["predictors"].setdefault(blabel, {})[f"seed{seed}"] = mb.as_dict()
+                lines.append(f"{'  ablation: no in-model term':30s} {n:12d} {'':8s} "
+                             f"{100 * mb.acc10:6.1f} {100 * mb.acc5:6.1f} "
+                             f"{mb.mape_percent:7.1f}")
             if label == "transfer":
                 factor = pred.meta.get("transfer", {}).get("summary", {}).get("median_ratio")
                 base = np.array(load_predictor(ub, dataset=uds).predict_many(graphs))
@@ -168,11 +186,23 @@ def main() -> None:
                                            "date": time.strftime("%Y-%m-%d"),
                                            "command": "python experiments/device_transfer.py"}
                 acc_path.write_text(json.dumps(acc, indent=1, sort_keys=True) + "\n")
+        # per family: the median signed error of each predictor (where the bias sits)
+        lines.append(f"\nper family, median error % (seed {seed}):")
+        labels = list(per_family)
+        lines.append(f"{'family':14s} {'n':>3s} " + " ".join(f"{x[:22]:>22s}" for x in labels))
+        for fam in fams:
+            sel = fam_of == fam
+            lines.append(f"{fam:14s} {int(sel.sum()):3d} " + " ".join(
+                f"{100 * float(np.median(per_family[x][sel])):+22.1f}" for x in labels))
+            report["sets"][seed].setdefault("median_error_by_family", {})[fam] = {
+                x: float(np.median(per_family[x][sel])) for x in labels}
     OUT.mkdir(exist_ok=True)
     text = "\n".join(lines) + "\n"
     print(text)
-    (OUT / f"device_transfer_{args.backend}.txt").write_text(text)
-    (OUT / f"device_transfer_{args.backend}.json").write_text(json.dumps(report, indent=1))
+    stem = f"device_transfer_{args.backend}" + \
+        (f"@{args.truth_device}" if args.truth_device else "")
+    (OUT / f"{stem}.txt").write_text(text)
+    (OUT / f"{stem}.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

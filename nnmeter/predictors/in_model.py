@@ -19,8 +19,8 @@ one of the reported model sets, seeds 1000 and 2000; the heavy ones skipped: 36
 models, about two minutes on one core), and
 after the regressors are trained
 :func:`~nnmeter.predictors.terms.in_model.fit_in_model` fits one factor per kernel group
-(:data:`GROUPS`: dense convolutions, depthwise convolutions, fully connected, the
-rest) that scales the group's kernel times inside a model, minimising the squared log
+(:data:`GROUPS`: spatial dense convolutions, pointwise (1x1) convolutions, depthwise
+convolutions, fully connected, the rest) that scales the group's kernel times inside a model, minimising the squared log
 error of those models' totals with a ridge pull of every log factor towards 0 (a
 factor of 1, :data:`RIDGE`), clipped to [1/2, 2]. A device where kernels behave alike
 in and out of a model gets factors near 1.
@@ -32,8 +32,10 @@ calibration resumes. The term itself is :class:`nnmeter.predictors.terms.in_mode
 
 Examples
 --------
->>> group_of("conv-bn-relu"), group_of("dwconv-bn-relu6"), group_of("gap")
-('conv', 'dwconv', 'other')
+>>> group_of("conv-bn-relu", 3), group_of("conv-bn", 1), group_of("dwconv-bn-relu6", 3)
+('conv', 'pointwise', 'dwconv')
+>>> group_of("gap")
+'other'
 >>> import numpy as np
 >>> K = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])   # two groups, three models
 >>> f = fit_factors(K, np.zeros(3), np.array([1.5, 1.0, 2.5]), ridge=0.0)
@@ -55,6 +57,7 @@ import numpy as np
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["IN_MODEL_FILE", "GROUPS", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
+           "kernel_group",
            "calibration_models", "planned_in_model_work", "measure_in_model",
            "read_in_model", "fit_factors"]
 
@@ -63,7 +66,10 @@ logger = logging.getLogger(__name__)
 #: the calibration record under the dataset
 IN_MODEL_FILE = "in_model.json"
 #: the kernel groups that get a factor each
-GROUPS: tuple[str, ...] = ("conv", "dwconv", "fc", "other")
+#: (pointwise convolutions move many bytes per FLOP and behave unlike the spatial ones:
+#: on the Xeon above, MobileNets' 1x1 convolutions ran slower in a model, ResNets' 3x3
+#: ones did not)
+GROUPS: tuple[str, ...] = ("conv", "pointwise", "dwconv", "fc", "other")
 #: zoo variants per family measured (the first of :data:`DRAWN` drawn under the cap),
 #: and their sampler seed (the kernel builder's)
 VARIANTS = 3
@@ -79,14 +85,24 @@ RIDGE = 0.5
 CLIP = 2.0
 
 
-def group_of(kernel_type: str) -> str:
-    """The group of :data:`GROUPS` a kernel type's in-model factor comes from."""
+def group_of(kernel_type: str, kernel_size: int | None = None) -> str:
+    """The group of :data:`GROUPS` a kernel's in-model factor comes from: its type's
+    family, a dense convolution with ``kernel_size`` 1 (its config's ``kernel``) being
+    ``pointwise``."""
     from nnmeter.predictors.kernel_data import family_of
 
     fam = family_of(kernel_type)
     if fam in ("conv", "gconv", "convtranspose"):
-        return "conv"
+        return "pointwise" if kernel_size == 1 and fam == "conv" else "conv"
     return fam if fam in ("dwconv", "fc") else "other"
+
+
+def kernel_group(kernel: Any) -> str:
+    """:func:`group_of` a partitioned kernel (its type and config)."""
+    size = getattr(kernel.config, "kernel", None)
+    if size == 1 and getattr(kernel.config, "kernel_w", None) not in (None, 1):
+        size = None  # a 1x7 convolution is not pointwise
+    return group_of(kernel.type, size)
 
 
 def calibration_models() -> list[Any]:

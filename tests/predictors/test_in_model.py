@@ -16,7 +16,8 @@ from nnmeter.predictors import clear_memo, load_predictor
 from nnmeter.predictors.composition import Composition
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.in_model import (GROUPS, IN_MODEL_FILE, calibration_models,
-                                         fit_factors, group_of, measure_in_model,
+                                         fit_factors, group_of, kernel_group,
+                                         measure_in_model,
                                          planned_in_model_work)
 from nnmeter.predictors.terms import TERMS
 from nnmeter.predictors.terms.in_model import InModelTerm
@@ -73,7 +74,8 @@ def world(tmp_path_factory):
 def test_groups_cover_every_kernel_type():
     from nnmeter.kernels import KERNEL_TYPES
 
-    assert group_of("conv-bn-relu") == "conv" and group_of("gconv-bn") == "conv"
+    assert group_of("conv-bn-relu", 3) == "conv" and group_of("gconv-bn", 1) == "conv"
+    assert group_of("conv-bn-relu", 1) == "pointwise"
     assert group_of("dwconv-bn-relu6") == "dwconv" and group_of("fc-relu") == "fc"
     assert {group_of(t) for t in KERNEL_TYPES.names()} <= set(GROUPS)
 
@@ -98,12 +100,13 @@ def test_fit_factors_recovers_known_factors_and_ridge_pulls_to_one():
 
 
 def test_the_term_scales_its_groups_and_round_trips_through_records():
-    t = InModelTerm((("conv", 1.5), ("dwconv", 1.0), ("fc", 0.5), ("other", 1.0)), 12)
-    assert t.factor("conv-bn-relu") == 1.5 and t.factor("fc") == 0.5
-    assert t.factor("relu") == 1.0
+    t = InModelTerm((("conv", 1.5), ("pointwise", 1.2), ("dwconv", 1.0), ("fc", 0.5),
+                     ("other", 1.0)), 12)
+    assert t.factor("conv-bn-relu", 3) == 1.5 and t.factor("fc") == 0.5
+    assert t.factor("conv-bn-relu", 1) == 1.2 and t.factor("relu") == 1.0
     back = Composition.from_records(json.loads(json.dumps(Composition((t,)).records())),
                                     TERMS)
-    assert back.terms[0].factor("conv-bn") == 1.5 and back.terms[0].models == 12
+    assert back.terms[0].factor("conv-bn", 3) == 1.5 and back.terms[0].models == 12
     assert InModelTerm.fit(None) is None  # fitted after the regressors, not in the pass
 
 
@@ -139,11 +142,12 @@ def test_a_predictor_fits_its_factors_on_the_measured_models(world):
     names = [m.name for m in calibration_models() if m.family in ("nasbench201", "resnet",
                                                                   "squeezenet")]
     graphs = [get_variant(n).build() for n in names]
-    # this device runs the convolutions 1.4x slower inside a model than alone
+    # this device runs the spatial convolutions 1.4x slower inside a model than alone
     truth = []
     for g in graphs:
         r = plain.predict(g, check_device=False)
-        conv = sum(x.predicted_ms for x in r.rows if group_of(x.type) == "conv")
+        conv = sum(x.predicted_ms for k, x in zip(plain.kernels(g), r.rows)
+                   if kernel_group(k) == "conv")
         truth.append(r.total_ms + 0.4 * conv)
     rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
            "points": [{"variant": n, "latency_ms": ms} for n, ms in zip(names, truth)]}

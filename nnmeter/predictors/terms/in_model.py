@@ -31,9 +31,9 @@ class InModelTerm(Term):
 
     Examples
     --------
-    >>> t = InModelTerm((("conv", 1.0), ("dwconv", 1.25)), 30)
-    >>> t.factor("dwconv-bn-relu6"), t.factor("conv-bn")
-    (1.25, 1.0)
+    >>> t = InModelTerm((("conv", 1.0), ("pointwise", 1.2), ("dwconv", 1.25)), 30)
+    >>> t.factor("dwconv-bn-relu6", 3), t.factor("conv-bn", 3), t.factor("conv-bn", 1)
+    (1.25, 1.0, 1.2)
     """
 
     factors: tuple[tuple[str, float], ...]
@@ -72,20 +72,29 @@ class InModelTerm(Term):
     def fit(cls, ctx: FitContext) -> "InModelTerm | None":
         return None  # fitted after the regressors: fit_in_model
 
-    def factor(self, kernel_type: str) -> float:
-        """The factor of a kernel type's group (1 for a group without one)."""
-        hit = self._by_type.get(kernel_type)  # type: ignore[attr-defined]
-        if hit is None:
-            from nnmeter.predictors.in_model import group_of
+    def factor(self, kernel_type: str, kernel_size: int | None = None) -> float:
+        """The factor of a kernel's group (1 for a group without one)."""
+        from nnmeter.predictors.in_model import group_of
 
-            hit = self._groups.get(group_of(kernel_type), 1.0)  # type: ignore[attr-defined]
-            self._by_type[kernel_type] = hit  # type: ignore[attr-defined]
-        return hit
+        return self._groups.get(group_of(kernel_type, kernel_size), 1.0)  # type: ignore[attr-defined]
+
+    def _kernel_factor(self, kernel: Any) -> float:
+        key = (kernel.type, id(kernel.config))
+        hit = self._by_type.get(key)  # type: ignore[attr-defined]
+        if hit is None or hit[0] is not kernel.config:
+            from nnmeter.predictors.in_model import kernel_group
+
+            by = self._by_type  # type: ignore[attr-defined]
+            if len(by) > 100_000:
+                by.clear()
+            hit = by[key] = (kernel.config,
+                             self._groups.get(kernel_group(kernel), 1.0))  # type: ignore[attr-defined]
+        return hit[1]
 
     def adjust(self, view: ModelView) -> None:
         ms = view.ms
         for j, k in enumerate(view.kernels):
-            f = self.factor(k.type)
+            f = self._kernel_factor(k)
             if f != 1.0 and ms[j]:
                 ms[j] *= f
                 view.mark(j, self.name)
@@ -95,7 +104,7 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     """``pred`` with the in-model term appended to its composition when ``dataset``
     holds an in-model record (fitted on its models' predictions by ``pred`` itself);
     else ``pred`` unchanged."""
-    from nnmeter.predictors.in_model import GROUPS, fit_factors, group_of, read_in_model
+    from nnmeter.predictors.in_model import GROUPS, fit_factors, kernel_group, read_in_model
     from nnmeter.zoo import get_variant
 
     rec = read_in_model(dataset)
@@ -117,8 +126,9 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     rest = np.zeros(len(rows))
     for i, (graph, _) in enumerate(rows):
         rep = pred.predict(graph, check_device=False)
-        for r in rep.rows:
-            K[i, GROUPS.index(group_of(r.type))] += r.predicted_ms
+        kernels = pred.kernels(pred._for_backend(graph))  # the rows' kernels, in order
+        for k, r in zip(kernels, rep.rows):
+            K[i, GROUPS.index(kernel_group(k))] += r.predicted_ms
         rest[i] = rep.total_ms - K[i].sum()
     measured = np.array([ms for _, ms in rows])
     factors = fit_factors(K, rest, measured)
