@@ -1091,6 +1091,17 @@ class TransferResult:
         return "\n".join(lines)
 
 
+def _has_own_build(ds_dir: Path, backend_id: str) -> bool:
+    """Whether ``ds_dir`` holds kernel rows of a build that was not a transfer (no
+    ``transfer.json``)."""
+    from nnmeter.predictors.transfer import TRANSFER_FILE
+
+    if not ds_dir.is_dir() or (ds_dir / TRANSFER_FILE).exists():
+        return False
+    ds = KernelDataset(ds_dir, backend_id)
+    return any(True for t in ds.kernel_types() for _ in ds.rows(t))
+
+
 def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 10.0,
                    dataset: str | None = None, profiler: Any = None, progress: bool = True,
                    root: Any = None, limit: int = 1000) -> TransferResult:
@@ -1099,13 +1110,15 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     phases included: plan, measure the planned kernels, calibrate, train.
 
     Resumable: configurations already in the dataset are not measured again, and the
-    calibrations continue where they stopped.
+    calibrations continue where they stopped. Without ``dataset``, a machine whose own
+    dataset holds a full build gets the transfer beside it (``<dataset>-transfer``),
+    never mixed into it.
 
     Raises
     ------
     DatasetError
         If ``source`` names no usable dataset, or the target dataset belongs to
-        another device.
+        another device, or holds the rows of a build that was not a transfer.
     SettingsError
         If ``budget_minutes`` is not a positive number.
     """
@@ -1126,7 +1139,13 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     t0 = time.monotonic()
     budget = budget_minutes * 60.0
     src = find_source(backend_id, source, root)
+    named = dataset is not None
     dataset = dataset or default_dataset_id(backend_id, root)
+    if not named and _has_own_build(kernel_dataset_dir(dataset, root), backend_id):
+        # this machine already has a full build: the transfer goes beside it, never into it
+        dataset = f"{dataset}-transfer"
+        logger.info("this machine's %s holds a full build; the transfer writes %s",
+                    default_dataset_id(backend_id, root), dataset)
     if dataset == src.dataset_id:
         raise DatasetError(f"--transfer-from {source!r} is this machine's own dataset "
                            f"({dataset}); a transfer adapts another device's predictor")
@@ -1141,6 +1160,13 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                                f"not {src.dataset_id!r}; delete {rec_path} to change the "
                                f"source, or pass another --dataset")
     else:
+        if _has_own_build(ds_dir, backend_id):
+            n = sum(1 for t in ds.kernel_types() for _ in ds.rows(t))
+            raise DatasetError(
+                f"{ds_dir} holds {n} measurements of a build that was not a transfer; a "
+                f"transfer into it would train them as the adapted device's own rows. Pass "
+                f"another --dataset (e.g. {ds_dir.name}-transfer), or run `nnmeter build -b "
+                f"{backend_id} --dataset {ds_dir.name}` to continue that build")
         write_calibration(ds_dir, TRANSFER_FILE, {
             "source_dataset": src.dataset_id, "source_backend": src.backend_id,
             "source": src.device_name or src.dataset_id,

@@ -136,6 +136,30 @@ def test_a_transfer_refuses_another_source_for_the_same_dataset(world):
                           profiler=DeviceProfiler("t", ("avx2",), 2.0))
 
 
+def test_a_transfer_never_writes_into_a_full_build(world, monkeypatch):
+    # a full build of this "machine" (device tgt3), then a transfer: named, it is refused;
+    # by default it goes beside the full build, into <dataset>-transfer
+    tgt = DeviceProfiler("tgt3", ("avx2", "fma"), 2.0)
+    build_predictor("ort-cpu", dataset="ort-cpu@tgt3", budget_minutes=1, root=world,
+                    profiler=tgt, rules=RULES, prior_configs={"relu": PRIOR["relu"][:4]},
+                    progress=False, train=False, rounds=0, initial_fraction=1.0,
+                    kernels=["relu"])
+    full = kernel_dataset_dir("ort-cpu@tgt3", world)
+    rows = sorted(p.read_text() for p in full.glob("*.jsonl"))
+    with pytest.raises(DatasetError, match="not a transfer.*ort-cpu@tgt3-transfer"):
+        build_by_transfer("ort-cpu", "src", budget_minutes=1, dataset="ort-cpu@tgt3",
+                          profiler=tgt, progress=False, root=world, limit=5)
+    assert not (full / "transfer.json").exists()
+    import nnmeter.devices.datasets as datasets
+
+    monkeypatch.setattr(datasets, "default_dataset_id", lambda b, root=None: "ort-cpu@tgt3")
+    res = build_by_transfer("ort-cpu", "src", budget_minutes=1, profiler=tgt,
+                            progress=False, root=world, limit=5)
+    assert res.dataset_dir.endswith("ort-cpu@tgt3-transfer")
+    assert (kernel_dataset_dir("ort-cpu@tgt3-transfer", world) / "transfer.json").exists()
+    assert sorted(p.read_text() for p in full.glob("*.jsonl")) == rows  # untouched
+
+
 def test_the_correction_recovers_a_size_dependent_factor():
     # small kernels 1x (overhead-bound), large ones 2x faster: a function of size
     rng = np.random.default_rng(0)
