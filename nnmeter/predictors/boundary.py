@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.errors import DatasetError
 
 __all__ = ["BOUNDARY_FILE", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
            "fit_boundary", "boundary_cost_ms", "measure_boundary", "planned_boundary_work",
@@ -251,7 +251,8 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
 
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial, \
+        refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
@@ -270,11 +271,7 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
     with Profiler(backend_id, core=core) as prof:
         device = prof.backend.device_info()
         fid = device.fingerprint_id
-        if ds.fingerprint_id is not None and \
-                fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
-            raise FingerprintMismatchError(
-                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
-                f"this device is {fid!r}; calibrate on the device that measured the dataset")
+        refuse_other_device(ds, fid)
         try:
             for t, row in chosen:
                 key = _row_key(t, row)

@@ -11,7 +11,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CalibrationPoints", "mark_partial", "points_path", "write_record"]
+__all__ = ["CalibrationPoints", "mark_partial", "points_path", "refuse_other_device",
+           "write_record"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,28 @@ def points_path(dataset_dir: str | os.PathLike, record_file: str) -> Path:
     '/d/chain_excess.points.jsonl'
     """
     return Path(dataset_dir) / f"{Path(record_file).stem}.points.jsonl"
+
+
+def refuse_other_device(dataset: Any, fingerprint_id: str | None) -> None:
+    """Refuse to calibrate ``dataset`` (a KernelDataset) on a device whose fingerprint
+    is not the dataset's (nor one of its aliases); a dataset or device without a
+    fingerprint is not checked.
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If the fingerprints differ.
+    """
+    from nnmeter.errors import FingerprintMismatchError
+
+    if dataset.fingerprint_id is None or fingerprint_id is None:
+        return
+    if fingerprint_id not in (getattr(dataset, "fingerprint_ids", None)
+                              or {dataset.fingerprint_id}):
+        raise FingerprintMismatchError(
+            f"dataset {dataset.directory} was measured on fingerprint "
+            f"{dataset.fingerprint_id!r}, this device is {fingerprint_id!r}; calibrate on "
+            f"the device that measured the dataset")
 
 
 def mark_partial(record: dict[str, Any], *, planned: int, measured: int) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.errors import DatasetError
 
 __all__ = ["IN_MODEL_FILE", "GROUPS", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
            "kernel_group",
@@ -156,7 +156,8 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
-    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial, \
+        refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
@@ -186,12 +187,7 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
                 logger.warning("in-model calibration: %s failed: %s", v.name, m.error)
                 continue
             fid = m.device.fingerprint_id if m.device is not None else fid
-            if ds.fingerprint_id is not None and fid is not None and \
-                    fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
-                raise FingerprintMismatchError(
-                    f"dataset {ds.directory} was measured on fingerprint "
-                    f"{ds.fingerprint_id!r}, this device is {fid!r}; calibrate on the device "
-                    f"that measured the dataset")
+            refuse_other_device(ds, fid)
             point = {"variant": v.name, "family": v.family, "latency_ms": float(m.latency_ms),
                      "spread": float(m.spread) if m.spread is not None else None}
             points.append(point)

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.errors import DatasetError
 
 __all__ = ["REORDER_FILE", "REORDER_OPS", "fit_reorder_curve", "reorder_ms",
            "reorder_cost_ms", "single_kernel_reorders_ms",
@@ -212,7 +212,8 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
 
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial, \
+        refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.predictors.layout import reorder_elements
 
@@ -236,11 +237,7 @@ def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_typ
                desc=f"calibrate layout reorders ({backend_id})")
     with Profiler(backend_id, core=core) as prof:
         fid = prof.backend.device_info().fingerprint_id
-        if ds.fingerprint_id is not None and \
-                fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
-            raise FingerprintMismatchError(
-                f"dataset {ds.directory} was measured on fingerprint {ds.fingerprint_id!r}, "
-                f"this device is {fid!r}; calibrate on the device that measured the dataset")
+        refuse_other_device(ds, fid)
         try:
             for t, row in chosen:
                 key = _row_key(t, row)

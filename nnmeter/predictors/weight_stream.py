@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.errors import DatasetError
 
 __all__ = ["STREAM_FILE", "STREAM_SHAPES", "WEIGHT_BYTES", "StreamPoint", "fit_weight_stream",
            "last_level_cache_bytes", "stream_floor_ms", "measure_weight_stream", "write_weight_stream",
@@ -183,7 +183,8 @@ def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
 
     from nnmeter.backends import Profiler
     from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial
+    from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial, \
+        refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
@@ -214,12 +215,7 @@ def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
                 logger.warning("weight stream: fc %dx%d failed: %s", cin, cout, m.error)
                 continue
             fid = m.device.fingerprint_id if m.device is not None else fid
-            if ds.fingerprint_id is not None and fid is not None and \
-                    fid not in (getattr(ds, "fingerprint_ids", None) or {ds.fingerprint_id}):
-                raise FingerprintMismatchError(
-                    f"dataset {ds.directory} was measured on fingerprint "
-                    f"{ds.fingerprint_id!r}, this device is {fid!r}; calibrate on the device "
-                    f"that measured the dataset")
+            refuse_other_device(ds, fid)
             points.append(StreamPoint(cin, cout, float(m.latency_ms)))
             log.append(key, asdict(points[-1]))
     finally:
