@@ -16,14 +16,19 @@ this: it shows only in whole models.
 So the builder measures a few whole models (:func:`calibration_models`: up to
 :data:`VARIANTS` zoo variants of every family with the kernel sampler's seed 0, never
 one of the reported model sets, seeds 1000 and 2000; the heavy ones skipped: 36
-models, about two minutes on one core), and
-after the regressors are trained
-:func:`~nnmeter.predictors.terms.in_model.fit_in_model` fits one factor per kernel group
+models, about two minutes on one core), and after the regressors are trained
+:func:`~nnmeter.predictors.terms.in_model.fit_in_model` fits, per kernel group
 (:data:`GROUPS`: spatial dense convolutions, pointwise (1x1) convolutions, depthwise
-convolutions, fully connected, the rest) that scales the group's kernel times inside a model, minimising the squared log
-error of those models' totals with a ridge pull of every log factor towards 0 (a
-factor of 1, :data:`RIDGE`), clipped to [1/2, 2]. A device where kernels behave alike
-in and out of a model gets factors near 1.
+convolutions, fully connected, the rest), what a kernel costs inside a model per
+megabyte it moves (its inputs, weights and outputs): ``ms += b_g * MB``. The fit
+minimises the squared log error of the measured models' totals with a ridge pull of
+every ``b_g`` towards 0 (:data:`RIDGE`, in units of :data:`SCALE_MS_PER_MB`), within
+:data:`BOUNDS`. A kernel pays for its bytes, not in proportion to its time, because
+that is what the Xeon showed: a multiplicative factor per group (tried first) fitted
+the light calibration models but over-predicted large compute-bound convolutions by
+10-17 % (44 % of the seed-1000 design set within ±10 % for the full build, 44 % for the
+transfer), where the per-byte form put 54 % and 71 % within ±10 %. A device where
+kernels behave alike in and out of a model gets coefficients near 0.
 
 Records: ``<dataset>/in_model.json`` (``points``: variant name and measured ms;
 ``fingerprint_id``); its points go to ``in_model.points.jsonl`` as they are measured
@@ -37,10 +42,10 @@ Examples
 >>> group_of("gap")
 'other'
 >>> import numpy as np
->>> K = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])   # two groups, three models
->>> f = fit_factors(K, np.zeros(3), np.array([1.5, 1.0, 2.5]), ridge=0.0)
->>> [round(x, 2) for x in f]
-[1.5, 1.0]
+>>> B = np.array([[10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])  # MB per group, 3 models
+>>> b = fit_per_mb(B, np.ones(3), np.array([1.5, 1.0, 1.5]), ridge=0.0)
+>>> [round(x, 3) for x in b]
+[0.05, 0.0]
 """
 
 from __future__ import annotations
@@ -59,13 +64,13 @@ from nnmeter.errors import DatasetError
 __all__ = ["IN_MODEL_FILE", "GROUPS", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
            "kernel_group",
            "calibration_models", "planned_in_model_work", "measure_in_model",
-           "read_in_model", "fit_factors"]
+           "read_in_model", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS"]
 
 logger = logging.getLogger(__name__)
 
 #: the calibration record under the dataset
 IN_MODEL_FILE = "in_model.json"
-#: the kernel groups that get a factor each
+#: the kernel groups that get a coefficient each
 #: (pointwise convolutions move many bytes per FLOP and behave unlike the spatial ones:
 #: on the Xeon above, MobileNets' 1x1 convolutions ran slower in a model, ResNets' 3x3
 #: ones did not)
@@ -78,15 +83,17 @@ SEED = 0
 #: variants above this many FLOPs (1e9) are not measured: a 57 GFLOPs VGG variant takes
 #: 0.45 s a run, and every family but VGG has light variants
 MAX_GFLOPS = 8.0
-#: weight of the pull of every log factor towards 0, against the sum of squared log
-#: errors of the models
-RIDGE = 0.5
-#: factors are kept within [1/CLIP, CLIP]
-CLIP = 2.0
+#: weight of the pull of every coefficient towards 0 (in units of SCALE_MS_PER_MB),
+#: against the sum of squared log errors of the models
+RIDGE = 0.01
+#: the scale of a coefficient: 0.02 ms per MB is 50 GB/s
+SCALE_MS_PER_MB = 0.02
+#: the coefficients are kept within (ms per MB); a kernel keeps at least half its time
+BOUNDS = (-0.02, 0.2)
 
 
 def group_of(kernel_type: str, kernel_size: int | None = None) -> str:
-    """The group of :data:`GROUPS` a kernel's in-model factor comes from: its type's
+    """The group of :data:`GROUPS` a kernel's in-model coefficient comes from: its type's
     family, a dense convolution with ``kernel_size`` 1 (its config's ``kernel``) being
     ``pointwise``."""
     from nnmeter.predictors.kernel_data import family_of
@@ -233,38 +240,38 @@ def read_in_model(dataset: Any) -> dict[str, Any] | None:
     return record
 
 
-def fit_factors(K: np.ndarray, rest: np.ndarray, measured: np.ndarray, *,
-                ridge: float = RIDGE, clip: float = CLIP) -> list[float]:
-    """One factor per column of ``K`` (models x groups: each group's predicted kernel ms
-    in each model) minimising ``sum_m log((rest_m + K_m . f) / measured_m)^2 +
-    ridge * sum_g log(f_g)^2``; a group with no time in any model keeps 1.
+def fit_per_mb(B: np.ndarray, base: np.ndarray, measured: np.ndarray, *,
+               ridge: float = RIDGE, scale: float = SCALE_MS_PER_MB,
+               bounds: tuple[float, float] = BOUNDS) -> list[float]:
+    """One coefficient (ms per MB) per column of ``B`` (models x groups: the MB each
+    group's kernels move in each model) minimising ``sum_m log((base_m + B_m . b) /
+    measured_m)^2 + ridge * sum_g (b_g / scale)^2`` within ``bounds``; a group that moves
+    nothing in any model gets 0. ``base`` is each model's prediction without the term.
 
     Raises
     ------
     ValueError
-        If the shapes disagree or a measured time is not positive.
+        If the shapes disagree or a measured or base time is not positive.
     """
     from scipy.optimize import least_squares
 
-    K = np.asarray(K, float)
-    rest = np.asarray(rest, float)
+    B = np.asarray(B, float)
+    base = np.asarray(base, float)
     measured = np.asarray(measured, float)
-    if K.ndim != 2 or len(K) != len(rest) or len(K) != len(measured):
-        raise ValueError(f"fit_factors: K {K.shape}, rest {rest.shape}, measured "
+    if B.ndim != 2 or len(B) != len(base) or len(B) != len(measured):
+        raise ValueError(f"fit_per_mb: B {B.shape}, base {base.shape}, measured "
                          f"{measured.shape} disagree")
-    if (measured <= 0).any():
-        raise ValueError("fit_factors: every measured time must be positive")
-    live = K.sum(axis=0) > 0
-    out = np.zeros(K.shape[1])
+    if (measured <= 0).any() or (base <= 0).any():
+        raise ValueError("fit_per_mb: every measured and base time must be positive")
+    live = B.sum(axis=0) > 0
+    out = np.zeros(B.shape[1])
     if live.any():
-        Kl = K[:, live]
+        Bl = B[:, live]
 
-        def residuals(u: np.ndarray) -> np.ndarray:
-            pred = rest + Kl @ np.exp(u)
-            return np.concatenate([np.log(np.maximum(pred, 1e-12) / measured),
-                                   math.sqrt(ridge) * u])
+        def residuals(b: np.ndarray) -> np.ndarray:
+            pred = np.maximum(base + Bl @ b, 0.5 * base)
+            return np.concatenate([np.log(pred / measured), math.sqrt(ridge) * b / scale])
 
-        bound = math.log(clip)
-        sol = least_squares(residuals, np.zeros(int(live.sum())), bounds=(-bound, bound))
+        sol = least_squares(residuals, np.zeros(int(live.sum())), bounds=bounds)
         out[live] = sol.x
-    return [float(math.exp(u)) for u in out]
+    return [float(x) for x in out]

@@ -20,23 +20,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InModelTerm(Term):
-    """``factors``: (group, factor) pairs that scale the kernels of each group of
-    :data:`~nnmeter.predictors.in_model.GROUPS` inside a model; ``models``: how many
+    """``ms_per_mb``: (group, ms per MB) pairs: what a kernel of each group of
+    :data:`~nnmeter.predictors.in_model.GROUPS` costs inside a model per megabyte it
+    moves, on top of its time alone (never below half of it); ``models``: how many
     measured models they were fitted on.
 
-    It is fitted after the regressors (:func:`fit_in_model`
-    needs the predictor's own estimates of the measured models), so :meth:`fit` in the
-    composition's pass returns None and removes nothing from the kernel rows: a
-    single-kernel row is the kernel alone, which is what the regressors learn.
+    It is fitted after the regressors (:func:`fit_in_model` needs the predictor's own
+    estimates of the measured models), so :meth:`fit` in the composition's pass returns
+    None and removes nothing from the kernel rows: a single-kernel row is the kernel
+    alone, which is what the regressors learn.
 
     Examples
     --------
-    >>> t = InModelTerm((("conv", 1.0), ("pointwise", 1.2), ("dwconv", 1.25)), 30)
-    >>> t.factor("dwconv-bn-relu6", 3), t.factor("conv-bn", 3), t.factor("conv-bn", 1)
-    (1.25, 1.0, 1.2)
+    >>> t = InModelTerm((("conv", 0.0), ("pointwise", 0.02), ("dwconv", 0.01)), 30)
+    >>> t.per_mb("dwconv-bn-relu6", 3), t.per_mb("conv-bn", 3), t.per_mb("conv-bn", 1)
+    (0.01, 0.0, 0.02)
+    >>> t.in_model_ms(0.1, 2e6, 0.02), t.in_model_ms(0.1, 2e6, -0.2)
+    (0.14, 0.05)
     """
 
-    factors: tuple[tuple[str, float], ...]
+    ms_per_mb: tuple[tuple[str, float], ...]
     models: int
 
     name: ClassVar[str] = "in_model"
@@ -48,8 +51,8 @@ class InModelTerm(Term):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "_by_type", {})
-        object.__setattr__(self, "_groups", {str(g): float(f) for g, f in self.factors})
+        object.__setattr__(self, "_by_kernel", {})
+        object.__setattr__(self, "_groups", {str(g): float(b) for g, b in self.ms_per_mb})
 
     @classmethod
     def wanted(cls, facts: DeviceFacts) -> bool:
@@ -72,31 +75,41 @@ class InModelTerm(Term):
     def fit(cls, ctx: FitContext) -> "InModelTerm | None":
         return None  # fitted after the regressors: fit_in_model
 
-    def factor(self, kernel_type: str, kernel_size: int | None = None) -> float:
-        """The factor of a kernel's group (1 for a group without one)."""
+    def per_mb(self, kernel_type: str, kernel_size: int | None = None) -> float:
+        """The ms per MB of a kernel's group (0 for a group without one)."""
         from nnmeter.predictors.in_model import group_of
 
-        return self._groups.get(group_of(kernel_type, kernel_size), 1.0)  # type: ignore[attr-defined]
+        return self._groups.get(group_of(kernel_type, kernel_size), 0.0)  # type: ignore[attr-defined]
 
-    def _kernel_factor(self, kernel: Any) -> float:
+    @staticmethod
+    def in_model_ms(ms: float, memory_bytes: float, per_mb: float) -> float:
+        """A kernel's time inside a model: ``ms`` plus ``per_mb`` per MB it moves,
+        never below half of ``ms``."""
+        return max(ms + per_mb * memory_bytes / 1e6, 0.5 * ms)
+
+    def _kernel(self, kernel: Any) -> tuple[float, float]:
+        """(ms per MB of its group, the MB it moves), cached per config."""
         key = (kernel.type, id(kernel.config))
-        hit = self._by_type.get(key)  # type: ignore[attr-defined]
+        hit = self._by_kernel.get(key)  # type: ignore[attr-defined]
         if hit is None or hit[0] is not kernel.config:
             from nnmeter.predictors.in_model import kernel_group
 
-            by = self._by_type  # type: ignore[attr-defined]
+            by = self._by_kernel  # type: ignore[attr-defined]
             if len(by) > 100_000:
                 by.clear()
-            hit = by[key] = (kernel.config,
-                             self._groups.get(kernel_group(kernel), 1.0))  # type: ignore[attr-defined]
-        return hit[1]
+            b = self._groups.get(kernel_group(kernel), 0.0)  # type: ignore[attr-defined]
+            mb = kernel.kernel_type.cost(kernel.config).memory_bytes / 1e6 if b else 0.0
+            hit = by[key] = (kernel.config, b, mb)
+        return hit[1], hit[2]
 
     def adjust(self, view: ModelView) -> None:
         ms = view.ms
         for j, k in enumerate(view.kernels):
-            f = self._kernel_factor(k)
-            if f != 1.0 and ms[j]:
-                ms[j] *= f
+            if not ms[j]:
+                continue
+            b, mb = self._kernel(k)
+            if b:
+                ms[j] = max(ms[j] + b * mb, 0.5 * ms[j])
                 view.mark(j, self.name)
 
 
@@ -104,7 +117,7 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     """``pred`` with the in-model term appended to its composition when ``dataset``
     holds an in-model record (fitted on its models' predictions by ``pred`` itself);
     else ``pred`` unchanged."""
-    from nnmeter.predictors.in_model import GROUPS, fit_factors, kernel_group, read_in_model
+    from nnmeter.predictors.in_model import GROUPS, fit_per_mb, kernel_group, read_in_model
     from nnmeter.zoo import get_variant
 
     rec = read_in_model(dataset)
@@ -122,22 +135,24 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
             rows.append((graph, ms))
     if not rows:
         return pred
-    K = np.zeros((len(rows), len(GROUPS)))
-    rest = np.zeros(len(rows))
+    B = np.zeros((len(rows), len(GROUPS)))
+    base = np.zeros(len(rows))
     for i, (graph, _) in enumerate(rows):
-        rep = pred.predict(graph, check_device=False)
-        kernels = pred.kernels(pred._for_backend(graph))  # the rows' kernels, in order
-        for k, r in zip(kernels, rep.rows):
-            K[i, GROUPS.index(kernel_group(k))] += r.predicted_ms
-        rest[i] = rep.total_ms - K[i].sum()
+        base[i] = pred.predict(graph, check_device=False).total_ms
+        for k in pred.kernels(pred._for_backend(graph)):
+            B[i, GROUPS.index(kernel_group(k))] += \
+                k.kernel_type.cost(k.config).memory_bytes / 1e6
     measured = np.array([ms for _, ms in rows])
-    factors = fit_factors(K, rest, measured)
-    before = float(np.median(np.abs(K.sum(axis=1) + rest - measured) / measured))
-    after = float(np.median(np.abs(K @ np.array(factors) + rest - measured) / measured))
-    logger.info("in-model factors %s from %d models (median error %.1f%% -> %.1f%%)",
-                dict(zip(GROUPS, np.round(factors, 3))), len(rows), 100 * before, 100 * after)
-    term = InModelTerm(tuple(zip(GROUPS, factors)), len(rows))
+    coef = fit_per_mb(B, base, measured)
+    after = np.maximum(base + B @ np.array(coef), 0.5 * base)
+    before_err = float(np.median(np.abs(base - measured) / measured))
+    after_err = float(np.median(np.abs(after - measured) / measured))
+    logger.info("in-model ms per MB %s from %d models (median error %.1f%% -> %.1f%%)",
+                dict(zip(GROUPS, np.round(coef, 4))), len(rows), 100 * before_err,
+                100 * after_err)
+    term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows))
     pred.composition = Composition(tuple(pred.composition.terms) + (term,))
-    pred.meta["in_model"] = {"factors": dict(zip(GROUPS, factors)), "models": len(rows),
-                             "median_error_before": before, "median_error_after": after}
+    pred.meta["in_model"] = {"ms_per_mb": dict(zip(GROUPS, coef)), "models": len(rows),
+                             "median_error_before": before_err,
+                             "median_error_after": after_err}
     return pred
