@@ -224,7 +224,8 @@ class LogRatioCorrection:
     """``log(target ms / source ms)`` of a kernel, learnt from the kernels measured on
     the target: per kernel family, an extremely randomised forest (deterministic) on
     the log of the source's time, the log of the kernel's features and its type; a
-    family with fewer than :attr:`MIN_ROWS` rows gets the median log ratio of all rows.
+    family with fewer than :attr:`MIN_ROWS` rows gets the median log ratio of its own
+    rows when it has :attr:`MIN_FAMILY_MEDIAN` at least, else the median of all rows.
     A forest never extrapolates past the ratios it saw, and the result is clipped to
     [1/20, 20]: a correction is a device factor, not a new latency surface.
 
@@ -235,10 +236,16 @@ class LogRatioCorrection:
     """
 
     MIN_ROWS = 8
+    #: fewest rows whose median stands for a family without a forest: the median of
+    #: all rows is mostly convolutions' ratio, and a device's memory-bound kernels
+    #: (add, concat, activations) move by another factor (AMD Zen 4 -> Zen 5: dense
+    #: convolutions 0.5x, element-wise kernels 0.7-0.75x)
+    MIN_FAMILY_MEDIAN = 3
 
     def __init__(self) -> None:
         self.models: dict[str, tuple[Any, list[str], bool]] = {}
         self.fallback = 0.0
+        self.family_median: dict[str, float] = {}
         self.rows: dict[str, int] = {}
 
     @staticmethod
@@ -275,6 +282,9 @@ class LogRatioCorrection:
         for fam, members in sorted(by_fam.items()):
             n = sum(len(m[2]) for m in members)
             if n < self.MIN_ROWS:
+                if n >= self.MIN_FAMILY_MEDIAN:
+                    self.family_median[fam] = float(np.median(np.concatenate(
+                        [np.log(y / b) for _, _, b, y in members])))
                 continue
             types = sorted(m[0] for m in members)
             with_x = len({m[1].shape[1] for m in members}) == 1
@@ -292,7 +302,8 @@ class LogRatioCorrection:
         base = np.asarray(base, dtype=float)
         hit = self.models.get(family_of(kernel_type))
         if hit is None:
-            out = np.full(len(base), self.fallback)
+            out = np.full(len(base), self.family_median.get(family_of(kernel_type),
+                                                            self.fallback))
         else:
             model, types, with_x = hit
             X = np.asarray(X, dtype=float).reshape(len(base), -1)
@@ -301,7 +312,9 @@ class LogRatioCorrection:
 
     def summary(self) -> dict[str, Any]:
         return {"rows": int(sum(self.rows.values())), "types": dict(self.rows),
-                "family_models": sorted(self.models), "fallback_ratio": math.exp(self.fallback)}
+                "family_models": sorted(self.models),
+                "family_medians": {f: math.exp(v) for f, v in sorted(self.family_median.items())},
+                "fallback_ratio": math.exp(self.fallback)}
 
 
 def _source_key(pred: Any, kernel_type: str) -> str:

@@ -175,6 +175,25 @@ def test_the_correction_recovers_a_size_dependent_factor():
     assert np.allclose(few, np.exp(corr.fallback)) and 0.05 <= few[0] <= 20
 
 
+def test_a_family_with_a_few_rows_keeps_its_own_median_ratio():
+    # convolutions 2x faster, element-wise adds only 1.4x: three add rows are too few
+    # for a forest, and the median of all rows (the convolutions') would halve them
+    rng = np.random.default_rng(1)
+    base = np.exp(rng.uniform(np.log(0.05), np.log(20), 60))
+    rows = {"conv-bn-relu": (np.column_stack([base, base]), base, 0.5 * base),
+            "add": (np.ones((3, 3)), np.array([0.01, 0.02, 0.04]),
+                    np.array([0.007, 0.014, 0.028]))}
+    corr = LogRatioCorrection().fit(rows)
+    got = np.exp(corr.log_ratio("add", np.ones((2, 3)), np.array([0.01, 0.1])))
+    assert np.allclose(got, 0.7)
+    assert corr.summary()["family_medians"] == {"add": pytest.approx(0.7)}
+    # a family with fewer rows than that, or none, still gets the median of all rows
+    rows["relu"] = (np.ones((2, 2)), np.array([0.01, 0.02]), np.array([0.01, 0.02]))
+    corr = LogRatioCorrection().fit(rows)
+    assert np.allclose(np.exp(corr.log_ratio("relu", np.ones((1, 2)), np.ones(1))),
+                       np.exp(corr.fallback))
+
+
 def test_predicting_for_a_named_device_or_the_nearest(world):
     # runs after the transfer build above: the root holds ort-cpu@src and ort-cpu@tgt
     from nnmeter.kernels import KERNEL_TYPES
