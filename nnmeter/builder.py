@@ -498,6 +498,10 @@ class BuildSettings:
         (``chain_excess.json``, :mod:`nnmeter.predictors.chain`) once per dataset, after
         the other calibrations (the longest: 5 to 19 minutes unbounded, so most builds
         spread it over several runs).
+    calibrate_in_model : bool
+        Measure a few whole zoo models (``in_model.json``,
+        :mod:`nnmeter.predictors.in_model`), for what kernels cost inside a model on
+        this device beyond their time alone; about two minutes, within the budget.
 
     Raises
     ------
@@ -532,6 +536,7 @@ class BuildSettings:
     calibrate_weight_stream: bool = True
     calibrate_reorders: bool = True
     calibrate_chain: bool = True
+    calibrate_in_model: bool = True
     calibration_share: float = 0.35
 
     def __post_init__(self) -> None:
@@ -560,7 +565,7 @@ class BuildSettings:
         if not is_real(self.calibration_share) or not 0.0 <= self.calibration_share < 1.0:
             fail("calibration_share", "a number in [0, 1) (the budget's share for calibrations)")
         for name in ("resume", "train", "calibrate_boundary", "calibrate_weight_stream",
-                     "calibrate_reorders", "calibrate_chain"):
+                     "calibrate_reorders", "calibrate_chain", "calibrate_in_model"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
         if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
@@ -914,7 +919,8 @@ def _wanted_calibrations(settings: BuildSettings) -> list[str]:
     """Names of the composition terms whose calibration ``settings`` asks for."""
     return [name for name, wanted in (
         ("edges", settings.calibrate_boundary), ("weight_refetch", settings.calibrate_weight_stream),
-        ("reorders", settings.calibrate_reorders), ("chain", settings.calibrate_chain)) if wanted]
+        ("reorders", settings.calibrate_reorders), ("chain", settings.calibrate_chain),
+        ("in_model", settings.calibrate_in_model)) if wanted]
 
 
 def train_and_cache(backend_id: str, dataset: KernelDataset, *, settings: BuildSettings,

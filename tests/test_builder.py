@@ -129,7 +129,7 @@ def test_tiny_real_build_on_ort(tmp_path):
                           max_samples_per_type=6, rounds=1,
                           protocol={"rounds": 2, "round_ms": 5.0, "calibrate": False},
                           regressor_params={"n_estimators": 5}, calibrate_weight_stream=False,
-                          calibrate_chain=False)
+                          calibrate_chain=False, calibrate_in_model=False)
     assert set(res.types) == {"conv-bn-relu", "relu"}
     rows = _rows_for(tmp_path, "ort-cpu", "conv-bn-relu")
     assert len(rows) >= 3 and all(r["ok"] and r["latency_ms"] > 0 for r in rows)
@@ -458,3 +458,15 @@ def test_the_budget_bounds_profiling_calibrations_and_training(tmp_path, monkeyp
     assert set(logged["phases"]) == {"profile", "calibrate", "train"}
     assert logged["phases"] == res.as_dict()["phases"]
     assert logged["minutes"] == pytest.approx(sum(logged["phases"].values()), abs=0.01)
+
+
+def test_a_full_build_calibrates_kernels_inside_models_by_default():
+    # the in-model term needs whole models measured on the device; a full build that
+    # skipped it left a new device's predictor without the term (seen on a Zen 5)
+    from nnmeter.builder import BuildSettings, _wanted_calibrations
+
+    assert _wanted_calibrations(BuildSettings()) == ["edges", "weight_refetch", "reorders",
+                                                     "chain", "in_model"]
+    assert "in_model" not in _wanted_calibrations(BuildSettings(calibrate_in_model=False))
+    with pytest.raises(Exception, match="calibrate_in_model"):
+        BuildSettings(calibrate_in_model="yes")

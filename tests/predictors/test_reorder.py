@@ -78,7 +78,8 @@ def test_training_subtracts_the_steeper_reorders_of_large_kernels(tmp_path,
     build_predictor("ort-cpu", dataset="ort-cpu", budget_minutes=5, root=tmp_path, profiler=linear_cost_profiler,
                     rules=rules, prior_configs={"conv-bn-relu": convs, "relu": relus},
                     progress=False, train=False, max_samples_per_type=16, rounds=0,
-                    initial_fraction=1.0, calibrate_weight_stream=False)
+                    initial_fraction=1.0, calibrate_weight_stream=False,
+                    calibrate_in_model=False)
     d = kernel_dataset_dir("ort-cpu", tmp_path)
     b = GraphBuilder("m", (1, 128, 224, 224))
     g = b.build([b.relu(b.bn(b.conv(b.x, 128, 1)))])
