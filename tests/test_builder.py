@@ -195,7 +195,7 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
         build_predictor(backend_id, dataset=backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,
-                        max_samples_per_type=3, rounds=0)
+                        max_samples_per_type=3, rounds=0, calibrate_in_model=False)
     assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
     assert not (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
