@@ -280,16 +280,14 @@ class LogRatioCorrection:
                                "are usable (rerun the transfer build)")
         self.fallback = float(np.median(np.concatenate(logs)))
         for fam, members in sorted(by_fam.items()):
-            n = sum(len(m[2]) for m in members)
-            if n < self.MIN_ROWS:
-                if n >= self.MIN_FAMILY_MEDIAN:
-                    self.family_median[fam] = float(np.median(np.concatenate(
-                        [np.log(y / b) for _, _, b, y in members])))
+            r = np.concatenate([np.log(y / b) for _, _, b, y in members])
+            if len(r) < self.MIN_ROWS:
+                if len(r) >= self.MIN_FAMILY_MEDIAN:
+                    self.family_median[fam] = float(np.median(r))
                 continue
             types = sorted(m[0] for m in members)
             with_x = len({m[1].shape[1] for m in members}) == 1
             Z = np.vstack([self._design(t, X, b, types, with_x) for t, X, b, _ in members])
-            r = np.concatenate([np.log(y / b) for _, _, b, y in members])
             model = ExtraTreesRegressor(n_estimators=200, min_samples_leaf=3, random_state=0,
                                         n_jobs=1).fit(Z, r)
             self.models[fam] = (model, types, with_x)
@@ -300,10 +298,10 @@ class LogRatioCorrection:
         from nnmeter.predictors.kernel_data import family_of
 
         base = np.asarray(base, dtype=float)
-        hit = self.models.get(family_of(kernel_type))
+        fam = family_of(kernel_type)
+        hit = self.models.get(fam)
         if hit is None:
-            out = np.full(len(base), self.family_median.get(family_of(kernel_type),
-                                                            self.fallback))
+            out = np.full(len(base), self.family_median.get(fam, self.fallback))
         else:
             model, types, with_x = hit
             X = np.asarray(X, dtype=float).reshape(len(base), -1)
