@@ -1001,9 +1001,12 @@ def build_predictor(
         from dataclasses import replace
 
         from nnmeter.devices.datasets import default_dataset_id
+        from nnmeter.farm import runner_device
 
-        # this machine's own dataset: <backend>@<device name>
-        settings = replace(settings, dataset=default_dataset_id(backend_id, root))
+        # this machine's own dataset: <backend>@<device name>; through a remote runner
+        # (nnmeter.farm), the remote device's
+        settings = replace(settings, dataset=default_dataset_id(
+            backend_id, root, device=runner_device(backend_id) if profiler is None else None))
     ds_dir = kernel_dataset_dir(settings.dataset, root)
     ds = _open_dataset(ds_dir, backend_id, resume=settings.resume)
     with ds.writer_lock("build"):  # one build per dataset at a time
@@ -1146,12 +1149,16 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     budget = budget_minutes * 60.0
     src = find_source(backend_id, source, root)
     named = dataset is not None
-    dataset = dataset or default_dataset_id(backend_id, root)
+    if dataset is None:
+        from nnmeter.farm import runner_device
+
+        dataset = default_dataset_id(
+            backend_id, root, device=runner_device(backend_id) if profiler is None else None)
     if not named and _has_own_build(kernel_dataset_dir(dataset, root), backend_id):
         # this machine already has a full build: the transfer goes beside it, never into it
         dataset = f"{dataset}-transfer"
-        logger.info("this machine's %s holds a full build; the transfer writes %s",
-                    default_dataset_id(backend_id, root), dataset)
+        logger.info("this device's %s holds a full build; the transfer writes %s",
+                    dataset[:-len("-transfer")], dataset)
     if dataset == src.dataset_id:
         raise DatasetError(f"--transfer-from {source!r} is this machine's own dataset "
                            f"({dataset}); a transfer adapts another device's predictor")

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "fusion",
     "predict",
     "devices",
+    "farm",
     "xray",
 )
 

@@ -84,6 +84,12 @@ def resolve_model(model: Any, model_format: str, workdir: str | Path) -> Path:
 class Profiler:
     """Keep one measurement worker alive for many jobs on one backend.
 
+    Inside :func:`nnmeter.farm.use_runner` (``--runner ray|ssh|adb`` on the command
+    line), ``Profiler(...)`` returns that runner's profiler instead, a subclass with the
+    same methods whose worker runs on another machine or in a Ray actor; everything
+    that measures (the builder, its calibrations, the experiment scripts) then goes
+    through the runner without knowing it.
+
     Parameters
     ----------
     backend_id : str
@@ -101,6 +107,20 @@ class Profiler:
     UnknownNameError
         If ``backend_id`` names no registered backend (the message lists them).
     """
+
+    #: True when the worker cannot read this machine's files: jobs carry the model's bytes
+    ships_models = False
+    #: False when the worker holds the timing lock of its own machine (``--timing-lock``)
+    locks_here = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Profiler:
+        if cls is Profiler:
+            from nnmeter.farm import current_runner
+
+            spec = current_runner()
+            if spec is not None and spec.kind != "local":
+                cls = spec.profiler_class()
+        return super().__new__(cls)
 
     def __init__(self, backend_id: str, *, protocol: ProtocolSettings | None = None,
                  core: int | str | None = "auto", python: str | None = None) -> None:
@@ -135,10 +155,15 @@ class Profiler:
                                     else "")
         return env
 
-    def _start(self) -> None:
+    def _command(self) -> list[str]:
+        """The command line that starts the worker (a remote runner wraps it)."""
         cmd = [self.python, "-m", "nnmeter.backends.worker", "--backend", self.backend_id]
         if self.core is not None:
             cmd += ["--core", str(self.core)]
+        return cmd
+
+    def _start(self) -> None:
+        cmd = self._command()
         self._stderr = tempfile.TemporaryFile(mode="w+b", dir=self._tmp.name)
         self._buf = b""
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -152,6 +177,7 @@ class Profiler:
                 f"backend {self.backend_id} could not start a worker: {why}")
         self.device = DeviceInfo.from_dict(hello["device"])
         self.affinity = hello.get("affinity")
+        self.remote_pid = hello.get("pid")  # the worker's pid on its own machine
         logger.info("worker pid %s for %s on cores %s", hello.get("pid"), self.backend_id,
                     self.affinity)
 
@@ -252,12 +278,12 @@ class Profiler:
         if on_error not in ("record", "raise"):
             raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
         t0 = time.perf_counter()
-        msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict()}
+        msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict(), **self._ship(job.model)}
         if _hook:
             msg["hook"] = _hook
         if not self._alive():  # start the worker (and its imports) before the queue
             self._start()
-        with timing_lock() as lock:
+        with self._machine() as lock:
             t0 = time.perf_counter()  # the job's own time, not the wait for the machine
             reply, why = self._request(msg, job.protocol.timeout_s)
         wall_ms = (time.perf_counter() - t0) * 1000
@@ -275,10 +301,12 @@ class Profiler:
                                       device=self.device, job_wall_ms=wall_ms,
                                       **lock.as_extra())
         d = reply["measurement"]
+        d["model"] = job.model  # the worker may have run a shipped copy
         d["extra"]["job_wall_ms"] = wall_ms
         d["extra"]["overhead_ms"] = wall_ms - d["extra"].get("timed_ms", 0.0)
         d["extra"]["worker_restarts"] = self.restarts
-        d["extra"].update(lock.as_extra())
+        if self.locks_here:
+            d["extra"].update(lock.as_extra())
         return Measurement.from_dict(d)
 
     def measure(self, model: Any, *, on_error: str = "record", _hook: str | None = None,
@@ -321,8 +349,9 @@ class Profiler:
         try:
             if not self._alive():
                 self._start()
-            with timing_lock():
-                reply, why = self._request({"cmd": "profile", "job": job.as_dict()},
+            with self._machine():
+                reply, why = self._request({"cmd": "profile", "job": job.as_dict(),
+                                            **self._ship(job.model)},
                                            timeout_s or self.protocol.timeout_s)
         finally:
             self._discard(path)
@@ -333,6 +362,28 @@ class Profiler:
                 raise NotImplementedError(reply.get("error"))
             raise BackendError(str(reply.get("error")))
         return [ExecutedNode.from_dict(n) for n in reply["nodes"]]
+
+    def _machine(self) -> Any:
+        """The timing lock of the machine the worker measures on, held here; a worker
+        on another machine holds its own (``--timing-lock``)."""
+        if self.locks_here:
+            return timing_lock()
+        import contextlib
+
+        from nnmeter.backends.timing_lock import LockState
+
+        return contextlib.nullcontext(LockState("remote"))
+
+    def _ship(self, model: str) -> dict[str, Any]:
+        """The request fields that carry ``model``'s bytes to a worker that cannot read
+        this machine's files (:attr:`ships_models`); none for a local worker."""
+        if not self.ships_models:
+            return {}
+        import base64
+
+        path = Path(model)
+        return {"model_name": path.name,
+                "model_data": base64.b64encode(path.read_bytes()).decode("ascii")}
 
     def _discard(self, path: Path) -> None:
         """Delete a model file this profiler exported (into its own folder) once its job

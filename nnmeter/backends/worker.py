@@ -12,10 +12,17 @@ Requests (one JSON object per line)::
     {"id": 3, "cmd": "ping"}
     {"id": 4, "cmd": "exit"}
 
+A ``measure`` or ``profile`` request may carry the model itself, for a worker on
+another machine (an ssh or Ray runner): ``"model_name"`` and ``"model_data"`` (the
+file's bytes, base64). The worker writes them into a private folder, runs the job on
+that copy and deletes it.
+
 Replies carry the same ``id`` and either ``"ok": true`` with ``measurement`` /
 ``nodes`` / ``device``, or ``"ok": false`` with ``error`` and ``error_kind``. The
 first line a worker writes is ``{"ready": true, "device": {...}, "affinity": [...]}``
-(or ``"ready": false`` with ``error``). Test hooks: a request may carry
+(or ``"ready": false`` with ``error``). With ``--exit-with-parent`` the worker
+exits as soon as its parent process does (a remote worker whose ssh session or Ray
+actor died must not go on measuring on the core). Test hooks: a request may carry
 ``"hook": "exit"`` (the worker dies at once) or ``"hook": "hang"`` (it sleeps forever).
 """
 
@@ -26,6 +33,8 @@ import json
 import logging
 import os
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from typing import IO, Any
@@ -50,6 +59,34 @@ def _pin(core: int | None) -> list[int]:
         except OSError as err:
             logger.warning("could not pin the worker to core %d: %s", core, err)
     return sorted(os.sched_getaffinity(0))
+
+
+def _watch_parent(interval_s: float = 0.5) -> None:
+    """Exit this process as soon as its parent is gone (it is then re-parented)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(18)
+
+    threading.Thread(target=watch, name="nnmeter-parent-watch", daemon=True).start()
+
+
+def _receive_model(req: dict[str, Any], folder: str) -> str | None:
+    """Write a request's shipped model (``model_name`` + base64 ``model_data``) into
+    ``folder``; return its path, or None when the request ships none."""
+    data = req.get("model_data")
+    if data is None:
+        return None
+    import base64
+
+    name = os.path.basename(str(req.get("model_name") or "model")) or "model"
+    fd, path = tempfile.mkstemp(prefix="job-", suffix=f"-{name}", dir=folder)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(base64.b64decode(data))
+    return path
 
 
 def _send(out: IO[str], obj: dict[str, Any]) -> None:
@@ -106,10 +143,12 @@ def _profile(backend: Any, job: Any) -> dict[str, Any]:
     return {"ok": True, "nodes": [n.as_dict() for n in nodes]}
 
 
-def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str]) -> int:
-    """Answer requests from ``inp`` on ``out`` until ``exit`` or end of input."""
+def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str], *,
+          lock: bool = False) -> int:
+    """Answer requests from ``inp`` on ``out`` until ``exit`` or end of input. With
+    ``lock``, each job holds this machine's timing lock (a parent on another machine
+    cannot)."""
     from nnmeter.backends import get_backend
-    from nnmeter.backends.protocol import Job
 
     affinity = _pin(core)
     try:
@@ -124,6 +163,20 @@ def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str]) -> int:
         return 3
     _send(out, {"ready": True, "pid": os.getpid(), "affinity": affinity,
                 "device": device.as_dict()})
+    inbox = tempfile.TemporaryDirectory(prefix="nnmeter-worker-")
+    try:
+        return _serve_loop(backend, device, inp, out, inbox.name, lock)
+    finally:
+        inbox.cleanup()
+
+
+def _serve_loop(backend: Any, device: Any, inp: IO[str], out: IO[str], inbox: str,
+                lock: bool) -> int:
+    import contextlib
+
+    from nnmeter.backends.protocol import Job
+    from nnmeter.backends.timing_lock import timing_lock
+
     for line in inp:
         if not line.strip():
             continue
@@ -143,9 +196,20 @@ def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str]) -> int:
             if cmd == "ping":
                 reply = {"ok": True, "pid": os.getpid()}
             elif cmd in ("measure", "profile"):
-                job = Job.from_dict(req["job"])
-                reply = _measure(backend, device, job) if cmd == "measure" else \
-                    _profile(backend, job)
+                shipped = _receive_model(req, inbox)
+                job_dict = dict(req["job"])
+                if shipped is not None:
+                    job_dict["model"] = shipped
+                job = Job.from_dict(job_dict)
+                try:
+                    with (timing_lock() if lock else contextlib.nullcontext()) as held:
+                        reply = _measure(backend, device, job) if cmd == "measure" else \
+                            _profile(backend, job)
+                    if held is not None and reply.get("measurement"):
+                        reply["measurement"]["extra"].update(held.as_extra())
+                finally:
+                    if shipped is not None:
+                        os.unlink(shipped)
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}",
                          "error_kind": "protocol"}
@@ -159,14 +223,34 @@ def serve(backend_id: str, core: int | None, inp: IO[str], out: IO[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nnmeter.backends.worker")
     p.add_argument("--backend", required=True)
-    p.add_argument("--core", type=int, default=None, help="pin to this core (-1: no pin)")
+    p.add_argument("--core", default=None,
+                   help="pin to this core (-1: no pin; auto: the highest core this "
+                        "process may use, as a local profiler picks)")
+    p.add_argument("--timing-lock", action="store_true",
+                   help="hold this machine's timing lock during each job (a parent on "
+                        "another machine cannot)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="exit as soon as the parent process does (remote runners)")
     args = p.parse_args(argv)
+    core: int | None
+    if args.core is None:
+        core = None
+    elif args.core == "auto":
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        core = cpus[-1] if cpus else None
+    else:
+        try:
+            core = int(args.core)
+        except ValueError:
+            p.error(f"--core takes a core number, -1 or auto, got {args.core!r}")
+    if args.exit_with_parent:
+        _watch_parent()
     proto_out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # C-level prints from runtimes must not corrupt the protocol
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="worker %(levelname)s %(name)s: %(message)s")
-    return serve(args.backend, args.core, sys.stdin, proto_out)
+    return serve(args.backend, core, sys.stdin, proto_out, lock=args.timing_lock)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import math
 import sys
 
 from nnmeter.commands._common import add_backend, add_json, emit_json, print_table
+from nnmeter.farm import add_runner_arguments
 
 __all__ = ["register"]
 
@@ -29,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="seconds before the measurement is abandoned (default 120)")
     p.add_argument("--no-pin", action="store_true", help="do not pin the worker to a core")
+    add_runner_arguments(p)
     add_json(p)
     p.set_defaults(func=_cmd_measure)
 
@@ -37,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL")
     add_backend(p)
     p.add_argument("--runs", type=int, default=10, help="profiled runs (median per node)")
+    add_runner_arguments(p)
     add_json(p)
     p.set_defaults(func=_cmd_profile)
 
@@ -58,9 +61,11 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 def _cmd_measure(args: argparse.Namespace) -> int:
     from nnmeter.backends import Profiler
+    from nnmeter.farm import runner_from_args, use_runner
 
     overrides = {"runs": args.runs, "rounds": args.rounds, "timeout_s": args.timeout}
-    with Profiler(args.backend, core=None if args.no_pin else "auto") as prof:
+    with use_runner(runner_from_args(args)), \
+            Profiler(args.backend, core=None if args.no_pin else "auto") as prof:
         m = prof.measure(args.model, on_error="raise", **overrides)
     warnings = m.quality_warnings()
     if args.json:
@@ -89,8 +94,10 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from nnmeter.backends import profile
+    from nnmeter.farm import runner_from_args, use_runner
 
-    nodes = profile(args.model, args.backend, runs=args.runs)
+    with use_runner(runner_from_args(args)):
+        nodes = profile(args.model, args.backend, runs=args.runs)
     if args.json:
         emit_json([n.as_dict() for n in nodes])
         return 0

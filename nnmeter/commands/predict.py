@@ -9,6 +9,7 @@ from typing import Any
 from nnmeter.commands._common import (
     add_backend, add_input_shape, add_json, emit_json, parse_input_shapes, print_table,
 )
+from nnmeter.farm import add_runner_arguments
 
 __all__ = ["register"]
 
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "configurations that matter most and the calibrations, within "
                         "--budget-minutes (10 is enough)")
     p.add_argument("--rounds", type=int, default=3, help="adaptive rounds per kernel type")
+    add_runner_arguments(p)
     add_json(p)
     p.set_defaults(func=_cmd_build)
 
@@ -195,6 +197,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    from nnmeter.farm import runner_from_args, use_runner
+
+    with use_runner(runner_from_args(args)):
+        return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
     from nnmeter.builder import build_predictor
 
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None

@@ -382,18 +382,24 @@ def resolve(backend_id: str, device: str | None = None,
     return Resolution(ds, "nearest", tuple(differences(local, ds.device) or ["device"]), here)
 
 
-def default_dataset_id(backend_id: str, root: str | os.PathLike | None = None) -> str:
+def default_dataset_id(backend_id: str, root: str | os.PathLike | None = None, *,
+                       device: Any = None) -> str:
     """The dataset a build on this machine writes: ``<backend>@<device name>``, or this
     machine's existing dataset of the backend; a name taken by another device gets the
-    fingerprint appended (``...@epyc-zen4-avx512-2c-1a2b3c``)."""
+    fingerprint appended (``...@epyc-zen4-avx512-2c-1a2b3c``). ``device`` (a
+    DeviceInfo) names another device than this machine's: the one a remote runner
+    (:mod:`nnmeter.farm`) measures on."""
     from nnmeter.errors import UnknownNameError
 
-    try:
-        local = local_device(backend_id)
-    except UnknownNameError:  # a backend registered elsewhere (a test's fake): the CPU
-        from nnmeter.devices.cpu import local_cpu
+    if device is not None:
+        local = device
+    else:
+        try:
+            local = local_device(backend_id)
+        except UnknownNameError:  # a backend registered elsewhere (a test's fake): the CPU
+            from nnmeter.devices.cpu import local_cpu
 
-        return f"{backend_id}@{local_cpu().short_name()}"
+            return f"{backend_id}@{local_cpu().short_name()}"
     sets = device_datasets(backend_id, root)
     for d in sets:
         if local.fingerprint_id in d.fingerprint_ids:

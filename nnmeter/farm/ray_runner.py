@@ -1,0 +1,412 @@
+"""The Ray runner: one Ray actor per device, each running one measurement at a time.
+
+A *device* here is one node's backend. A node offers a backend by holding the custom
+resource ``nnmeter-<backend id>`` (one unit), e.g.::
+
+    ray start --head --resources '{"nnmeter-ort-cpu": 1, "nnmeter-litert-cpu": 1}'
+    ray start --address HEAD:6379 --resources "$(nnmeter farm resources)"
+
+The actor of a device takes that unit, so at most one actor per device exists in the
+cluster however many builds or scripts submit to it; an actor handles one call at a
+time; and on one machine every job also holds the machine's timing lock, so two
+devices of one machine (its ``ort-cpu`` and its ``litert-cpu``) never time at once.
+
+Inside the actor a local :class:`~nnmeter.backends.Profiler` drives the usual worker
+subprocess, so crash and hang handling is the local one. On top of it:
+
+- the actor is restarted when its process dies (``max_restarts``), and a call that was
+  running is retried on the new actor (``max_task_retries``); a job that still fails,
+  or that outlives its timeout, comes back as a failed Measurement (``ok=False``,
+  ``error_kind`` ``crash`` or ``timeout``), which the builder records like any other:
+  no job is lost, and since rows are appended by the driver only when a call returns,
+  none is written twice;
+- the models travel with the calls (the node may be another machine).
+
+One process keeps one actor per device for all its profilers (a build's calibrations
+open several); :func:`release_actors` (called when a ``use_runner`` block ends) kills
+them so the device is free for the next driver. ``RAY_USAGE_STATS_ENABLED`` is set to
+0 before Ray starts unless the user set it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nnmeter.backends.base import ExecutedNode, Measurement
+from nnmeter.backends.profiler import Profiler
+from nnmeter.backends.protocol import Job
+
+__all__ = ["RayProfiler", "resource_name", "node_resources", "connect", "farm_devices",
+           "release_actors", "MAX_RESTARTS", "MAX_TASK_RETRIES", "START_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
+
+#: an actor whose process dies is restarted this many times in a row at most
+MAX_RESTARTS = 4
+#: a call that was running when its actor died is retried this many times
+MAX_TASK_RETRIES = 2
+#: seconds a call may wait, beyond the job's own timeout, for its actor to (re)start
+START_TIMEOUT_S = 300.0
+#: the namespace of nnmeter's named actors
+NAMESPACE = "nnmeter"
+
+_actors: dict[tuple[str, str], Any] = {}
+_actors_lock = threading.Lock()
+
+
+def resource_name(backend_id: str) -> str:
+    """The custom Ray resource a node holds to offer ``backend_id``: one per runtime,
+    whatever its thread count (``ort-cpu-t2`` runs where ``ort-cpu`` does).
+
+    >>> resource_name("ort-cpu"), resource_name("ort-cpu-t2")
+    ('nnmeter-ort-cpu', 'nnmeter-ort-cpu')
+    """
+    from nnmeter.backends.base import parse_backend_id
+
+    base, _threads = parse_backend_id(backend_id)
+    return f"nnmeter-{base}"
+
+
+def node_resources(backend_ids: Any = None) -> dict[str, float]:
+    """The ``--resources`` of a node that offers ``backend_ids`` (default: every
+    registered backend that runs on this machine)."""
+    if backend_ids is None:
+        from nnmeter.backends import available_backends
+
+        backend_ids = [r["backend_id"] for r in available_backends() if r["available"]]
+    return {resource_name(b): 1.0 for b in backend_ids}
+
+
+def _ray() -> Any:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError as err:
+        from nnmeter.errors import BackendUnavailableError
+
+        raise BackendUnavailableError(
+            'the Ray runner needs Ray: pip install -e ".[farm]"') from err
+    return ray
+
+
+def connect(address: str | None = None) -> Any:
+    """Connect this process to Ray (once): to the cluster at ``address``, or, without
+    one, a Ray instance started here that offers every registered backend."""
+    ray = _ray()
+    if ray.is_initialized():
+        return ray
+    kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                          "log_to_driver": False, "namespace": NAMESPACE}
+    if address:
+        ray.init(address=address, **kw)
+    else:
+        from nnmeter.backends import BACKENDS
+
+        ray.init(resources=node_resources(BACKENDS.names()), **kw)
+    return ray
+
+
+def farm_devices(address: str | None = None) -> list[dict[str, Any]]:
+    """Every device of the cluster: one row per alive node and backend it offers
+    (``node_id``, ``host``, ``backend_id``, ``busy``: an actor holds the device now)."""
+    ray = connect(address)
+    rows = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        for res in sorted(node.get("Resources", {})):
+            if res.startswith("nnmeter-"):
+                rows.append({"node_id": node["NodeID"], "host": node.get("NodeManagerAddress"),
+                             "backend_id": res[len("nnmeter-"):]})
+    try:  # which devices an actor holds: per-node usage, where this Ray reports it
+        from ray.util.state import list_actors
+
+        busy = {(a.get("node_id"), a.get("class_name")) for a in
+                list_actors(filters=[("state", "=", "ALIVE")], detail=False, raise_on_missing_output=False)
+                if a.get("class_name") == "_DeviceActor"}
+        nodes_busy = {n for n, _ in busy}
+        for row in rows:
+            row["busy"] = row["node_id"] in nodes_busy
+    except Exception:  # no state API (e.g. a Ray client connection): leave it unsaid
+        pass
+    return rows
+
+
+class _DeviceActor:
+    """Lives on the device's node; runs jobs through local profilers (one per core)."""
+
+    def __init__(self, backend_id: str, protocol: dict[str, Any] | None) -> None:
+        import tempfile
+
+        from nnmeter.backends.protocol import ProtocolSettings
+
+        self.backend_id = backend_id
+        self.protocol = ProtocolSettings.from_dict(protocol) if protocol else None
+        self.profilers: dict[Any, Profiler] = {}
+        self.inbox = tempfile.mkdtemp(prefix="nnmeter-actor-")
+
+    def _profiler(self, core: Any) -> Profiler:
+        prof = self.profilers.get(core)
+        if prof is None:
+            prof = self.profilers[core] = Profiler(self.backend_id, protocol=self.protocol,
+                                                   core=core)
+        return prof
+
+    def hello(self, core: Any = "auto") -> dict[str, Any]:
+        import socket
+
+        import ray
+
+        prof = self._profiler(core).start()
+        return {"device": prof.device.as_dict(), "pid": os.getpid(),
+                "worker_pid": prof.worker_pid, "host": socket.gethostname(),
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def _receive(self, name: str, data: str | None, model: str) -> str:
+        if data is None:
+            return model
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="job-", suffix=f"-{os.path.basename(name)}",
+                                    dir=self.inbox)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(base64.b64decode(data))
+        return path
+
+    def run(self, job: dict[str, Any], core: Any, name: str, data: str | None,
+            hook: str | None = None) -> dict[str, Any]:
+        path = self._receive(name, data, job["model"])
+        try:
+            m = self._profiler(core).run_job(Job.from_dict({**job, "model": path}),
+                                             on_error="record", _hook=hook)
+            d = m.as_dict()
+            d["extra"]["actor_pid"] = os.getpid()
+            return d
+        finally:
+            if data is not None:
+                os.unlink(path)
+
+    def profile(self, job: dict[str, Any], core: Any, name: str, data: str | None) -> Any:
+        path = self._receive(name, data, job["model"])
+        try:
+            prof = self._profiler(core)
+            nodes = prof.profile(path, runs=job.get("profile_runs", 10),
+                                 timeout_s=job.get("protocol", {}).get("timeout_s"))
+            return {"ok": True, "nodes": [n.as_dict() for n in nodes]}
+        except NotImplementedError as err:
+            return {"ok": False, "error_kind": "unsupported", "error": str(err)}
+        except Exception as err:  # BackendError, MeasurementError: re-raised on the driver
+            return {"ok": False, "error_kind": type(err).__name__, "error": str(err)}
+        finally:
+            if data is not None:
+                os.unlink(path)
+
+    def close(self) -> None:
+        for prof in self.profilers.values():
+            prof.close()
+        self.profilers.clear()
+
+
+def _node_for(ray: Any, backend_id: str, wanted: str | None) -> str | None:
+    """The node id whose ``backend_id`` is the device; None when Ray may choose
+    (exactly one node offers it)."""
+    from nnmeter.errors import BackendUnavailableError, SettingsError
+
+    res = resource_name(backend_id)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and res in n.get("Resources", {})]
+    if not nodes:
+        raise BackendUnavailableError(
+            f"no node of the Ray cluster offers {backend_id}: start one with "
+            f"`ray start ... --resources '{{\"{res}\": 1}}'` (see `nnmeter farm resources`)")
+    if wanted:
+        hit = [n for n in nodes if n["NodeID"].startswith(wanted)
+               or n.get("NodeManagerAddress") == wanted or n.get("NodeName") == wanted]
+        if len(hit) != 1:
+            raise SettingsError(
+                f"--node {wanted!r} matches {len(hit)} of the nodes offering {backend_id}: "
+                + ", ".join(f"{n['NodeID'][:12]} ({n.get('NodeManagerAddress')})"
+                            for n in nodes))
+        return hit[0]["NodeID"]
+    if len(nodes) > 1:
+        raise SettingsError(
+            f"{len(nodes)} nodes offer {backend_id}, and a dataset is one device: choose "
+            "one with --node " + " or ".join(f"{n['NodeID'][:12]} "
+                                             f"({n.get('NodeManagerAddress')})" for n in nodes))
+    return None
+
+
+def _actor(spec: Any, backend_id: str, protocol: dict[str, Any] | None) -> Any:
+    """This process's actor for the device (made on first use)."""
+    ray = connect(spec.address)
+    key = (backend_id, spec.node or "")
+    with _actors_lock:
+        handle = _actors.get(key)
+        if handle is not None:
+            return handle
+        node = _node_for(ray, backend_id, spec.node)
+        opts: dict[str, Any] = {"num_cpus": 0, "resources": {resource_name(backend_id): 1},
+                                "max_restarts": MAX_RESTARTS,
+                                "max_task_retries": MAX_TASK_RETRIES}
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        cls = ray.remote(_DeviceActor)
+        handle = _actors[key] = cls.options(**opts).remote(backend_id, protocol)
+        return handle
+
+
+def release_actors() -> None:
+    """Kill this process's device actors, freeing their devices for other drivers."""
+    with _actors_lock:
+        handles = list(_actors.values())
+        _actors.clear()
+    if not handles:
+        return
+    ray = _ray()
+    for h in handles:
+        try:
+            ray.get(h.close.remote(), timeout=30)
+        except Exception:  # a dead actor has nothing to close
+            pass
+        try:
+            ray.kill(h, no_restart=True)
+        except Exception:
+            pass
+
+
+class RayProfiler(Profiler):
+    """A :class:`~nnmeter.backends.Profiler` whose jobs run in the device's Ray actor
+    (see the module). Made by ``Profiler(...)`` inside
+    ``use_runner(RunnerSpec("ray", ...))``, or directly with ``spec=``."""
+
+    ships_models = True
+    locks_here = False
+
+    def __init__(self, backend_id: str, *, protocol: Any = None,
+                 core: int | str | None = "auto", python: str | None = None,
+                 spec: Any = None) -> None:
+        from nnmeter.farm import current_runner
+
+        super().__init__(backend_id, protocol=protocol, core=None, python=python)
+        self.spec = spec or current_runner()
+        if self.spec is None or self.spec.kind != "ray":
+            raise ValueError("RayProfiler needs a ray RunnerSpec (spec= or use_runner)")
+        self.core = core  # resolved on the node: this machine's cores say nothing there
+        self._handle: Any = None
+        self.actor_pid: int | None = None
+        self.node_id: str | None = None
+        self.host: str | None = None
+
+    # -- the actor ------------------------------------------------------------------
+    def _actor(self) -> Any:
+        if self._handle is None:
+            self._handle = _actor(self.spec, self.backend_id, None)
+        return self._handle
+
+    def start(self) -> RayProfiler:
+        if self.device is None:
+            from nnmeter.backends.base import DeviceInfo
+            from nnmeter.errors import BackendUnavailableError
+
+            ray = _ray()
+            try:
+                hello = ray.get(self._actor().hello.remote(self.core), timeout=START_TIMEOUT_S)
+            except Exception as err:
+                raise BackendUnavailableError(
+                    f"the Ray actor of {self.backend_id} ({self.spec.describe()}) did not "
+                    f"start: {type(err).__name__}: {err}") from err
+            self.device = DeviceInfo.from_dict(hello["device"])
+            self.actor_pid, self.node_id, self.host = \
+                hello["pid"], hello["node_id"], hello["host"]
+        return self
+
+    def _alive(self) -> bool:
+        return self._handle is not None
+
+    def _call(self, method: str, job: Job, *args: Any) -> tuple[Any, str, str]:
+        """Call the actor; return (result, "", "") or (None, kind, why)."""
+        ray = _ray()
+        shipped = self._ship(job.model)
+        try:
+            ref = getattr(self._actor(), method).remote(
+                job.as_dict(), self.core, shipped.get("model_name", ""),
+                shipped.get("model_data"), *args)
+            return ray.get(ref, timeout=job.protocol.timeout_s + START_TIMEOUT_S), "", ""
+        except ray.exceptions.GetTimeoutError:
+            self.restarts += 1
+            ray.kill(self._actor(), no_restart=False)  # a fresh actor for the next job
+            return None, "timeout", (f"no result from the Ray actor within "
+                                     f"{job.protocol.timeout_s + START_TIMEOUT_S:g} s; "
+                                     f"actor restarted")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+            self.restarts += 1
+            return None, "crash", (f"the Ray actor of {self.backend_id} died "
+                                   f"{MAX_TASK_RETRIES + 1} times on this job: "
+                                   f"{type(err).__name__}: {str(err)[:300]}")
+
+    def run_job(self, job: Job, *, on_error: str = "record",
+                _hook: str | None = None) -> Measurement:
+        if on_error not in ("record", "raise"):
+            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        self.start()
+        t0 = time.perf_counter()
+        d, kind, why = self._call("run", job, _hook)
+        wall_ms = (time.perf_counter() - t0) * 1000
+        if d is None:
+            return Measurement.failed(why, kind=kind, backend_id=self.backend_id,
+                                      model=job.model, device=self.device, job_wall_ms=wall_ms)
+        m = Measurement.from_dict({**d, "model": job.model})
+        if not m.ok and on_error == "raise" and m.extra.get("error_kind") in ("compile", "run"):
+            from nnmeter.errors import BackendError
+
+            raise BackendError(str(m.error))
+        m.extra["actor_job_wall_ms"] = m.extra.get("job_wall_ms")
+        m.extra["job_wall_ms"] = wall_ms
+        m.extra["overhead_ms"] = wall_ms - m.extra.get("timed_ms", 0.0)
+        m.extra["farm_overhead_ms"] = wall_ms - (m.extra["actor_job_wall_ms"] or 0.0)
+        m.extra["runner"] = "ray"
+        return m
+
+    def profile(self, model: Any, *, runs: int = 10,
+                timeout_s: float | None = None) -> list[ExecutedNode]:
+        from nnmeter.backends.profiler import resolve_model
+        from nnmeter.errors import BackendError, MeasurementError
+
+        self.start()
+        path = resolve_model(model, self.backend.model_format, self._tmp.name)
+        protocol = self.protocol if timeout_s is None else \
+            self.protocol.with_overrides(timeout_s=timeout_s)
+        job = Job(model=str(path), backend_id=self.backend_id, protocol=protocol,
+                  kind="profile", profile_runs=runs)
+        try:
+            reply, kind, why = self._call("profile", job)
+        finally:
+            self._discard(path)
+        if reply is None:
+            raise MeasurementError(f"profiling {Path(path).name} on {self.backend_id} "
+                                   f"failed: {kind}: {why}")
+        if not reply["ok"]:
+            if reply["error_kind"] == "unsupported":
+                raise NotImplementedError(reply["error"])
+            raise BackendError(reply["error"])
+        return [ExecutedNode.from_dict(n) for n in reply["nodes"]]
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self.actor_pid
+
+    def close(self) -> None:
+        """Forget the actor (it stays for this process's other profilers until
+        :func:`release_actors`)."""
+        self._handle = None
+        self._tmp.cleanup()
+
+    def __del__(self) -> None:
+        pass
