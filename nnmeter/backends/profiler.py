@@ -163,6 +163,8 @@ class Profiler:
         return cmd
 
     def _start(self) -> None:
+        if getattr(self, "_shipper", None) is not None:
+            self._shipper.reset()  # a fresh worker holds no model
         cmd = self._command()
         self._stderr = tempfile.TemporaryFile(mode="w+b", dir=self._tmp.name)
         self._buf = b""
@@ -278,14 +280,14 @@ class Profiler:
         if on_error not in ("record", "raise"):
             raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
         t0 = time.perf_counter()
-        msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict(), **self._ship(job.model)}
+        msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict()}
         if _hook:
             msg["hook"] = _hook
         if not self._alive():  # start the worker (and its imports) before the queue
             self._start()
         with self._machine() as lock:
             t0 = time.perf_counter()  # the job's own time, not the wait for the machine
-            reply, why = self._request(msg, job.protocol.timeout_s)
+            reply, why = self._request_job(msg, job.model, job.protocol.timeout_s)
         wall_ms = (time.perf_counter() - t0) * 1000
         if reply is None:
             kind, _, text = why.partition(": ")
@@ -350,9 +352,8 @@ class Profiler:
             if not self._alive():
                 self._start()
             with self._machine():
-                reply, why = self._request({"cmd": "profile", "job": job.as_dict(),
-                                            **self._ship(job.model)},
-                                           timeout_s or self.protocol.timeout_s)
+                reply, why = self._request_job({"cmd": "profile", "job": job.as_dict()},
+                                               job.model, timeout_s or self.protocol.timeout_s)
         finally:
             self._discard(path)
         if reply is None:
@@ -374,16 +375,27 @@ class Profiler:
 
         return contextlib.nullcontext(LockState("remote"))
 
-    def _ship(self, model: str) -> dict[str, Any]:
-        """The request fields that carry ``model``'s bytes to a worker that cannot read
-        this machine's files (:attr:`ships_models`); none for a local worker."""
+    def _ship(self, model: str, *, force: bool = False) -> dict[str, Any]:
+        """The request fields that name ``model`` by content for a worker that cannot
+        read this machine's files (:attr:`ships_models`), with its bytes unless that
+        worker holds them (:mod:`nnmeter.backends.shipping`); none for a local worker."""
         if not self.ships_models:
             return {}
-        import base64
+        shipper = getattr(self, "_shipper", None)
+        if shipper is None:
+            from nnmeter.backends.shipping import ModelShipper
 
-        path = Path(model)
-        return {"model_name": path.name,
-                "model_data": base64.b64encode(path.read_bytes()).decode("ascii")}
+            shipper = self._shipper = ModelShipper()
+        return shipper.fields(model, force=force)
+
+    def _request_job(self, msg: dict[str, Any], model: str,
+                     timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+        """:meth:`_request` for a job, sending the model's bytes again when the worker
+        does not hold them (it restarted, or evicted them)."""
+        reply, why = self._request({**msg, **self._ship(model)}, timeout_s)
+        if reply is not None and reply.get("error_kind") == "need_model":
+            reply, why = self._request({**msg, **self._ship(model, force=True)}, timeout_s)
+        return reply, why
 
     def _discard(self, path: Path) -> None:
         """Delete a model file this profiler exported (into its own folder) once its job

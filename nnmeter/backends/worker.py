@@ -12,10 +12,11 @@ Requests (one JSON object per line)::
     {"id": 3, "cmd": "ping"}
     {"id": 4, "cmd": "exit"}
 
-A ``measure`` or ``profile`` request may carry the model itself, for a worker on
-another machine (an ssh or Ray runner): ``"model_name"`` and ``"model_data"`` (the
-file's bytes, base64). The worker writes them into a private folder, runs the job on
-that copy and deletes it.
+A ``measure`` or ``profile`` request may name its model by content instead, for a
+worker on another machine (an ssh or Ray runner): ``"model_sha256"``,
+``"model_name"`` and, when the worker may not hold it yet, ``"model_data"`` (the
+file's bytes, base64; see :mod:`nnmeter.backends.shipping`). A worker that does not
+hold the model answers ``"error_kind": "need_model"``.
 
 Replies carry the same ``id`` and either ``"ok": true`` with ``measurement`` /
 ``nodes`` / ``device``, or ``"ok": false`` with ``error`` and ``error_kind``. The
@@ -72,21 +73,6 @@ def _watch_parent(interval_s: float = 0.5) -> None:
                 os._exit(18)
 
     threading.Thread(target=watch, name="nnmeter-parent-watch", daemon=True).start()
-
-
-def _receive_model(req: dict[str, Any], folder: str) -> str | None:
-    """Write a request's shipped model (``model_name`` + base64 ``model_data``) into
-    ``folder``; return its path, or None when the request ships none."""
-    data = req.get("model_data")
-    if data is None:
-        return None
-    import base64
-
-    name = os.path.basename(str(req.get("model_name") or "model")) or "model"
-    fd, path = tempfile.mkstemp(prefix="job-", suffix=f"-{name}", dir=folder)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(base64.b64decode(data))
-    return path
 
 
 def _send(out: IO[str], obj: dict[str, Any]) -> None:
@@ -175,8 +161,10 @@ def _serve_loop(backend: Any, device: Any, inp: IO[str], out: IO[str], inbox: st
     import contextlib
 
     from nnmeter.backends.protocol import Job
+    from nnmeter.backends.shipping import ModelInbox
     from nnmeter.backends.timing_lock import timing_lock
 
+    models = ModelInbox(inbox)
     for line in inp:
         if not line.strip():
             continue
@@ -196,20 +184,18 @@ def _serve_loop(backend: Any, device: Any, inp: IO[str], out: IO[str], inbox: st
             if cmd == "ping":
                 reply = {"ok": True, "pid": os.getpid()}
             elif cmd in ("measure", "profile"):
-                shipped = _receive_model(req, inbox)
                 job_dict = dict(req["job"])
-                if shipped is not None:
-                    job_dict["model"] = shipped
-                job = Job.from_dict(job_dict)
-                try:
-                    with (timing_lock() if lock else contextlib.nullcontext()) as held:
-                        reply = _measure(backend, device, job) if cmd == "measure" else \
-                            _profile(backend, job)
-                    if held is not None and reply.get("measurement"):
-                        reply["measurement"]["extra"].update(held.as_extra())
-                finally:
-                    if shipped is not None:
-                        os.unlink(shipped)
+                shipped = models.path_for(req) if "model_sha256" in req else job_dict["model"]
+                if shipped is None:
+                    _send(out, {"id": rid, "ok": False, "error_kind": "need_model",
+                                "error": "send the model's bytes"})
+                    continue
+                job = Job.from_dict({**job_dict, "model": shipped})
+                with (timing_lock() if lock else contextlib.nullcontext()) as held:
+                    reply = _measure(backend, device, job) if cmd == "measure" else \
+                        _profile(backend, job)
+                if held is not None and reply.get("measurement"):
+                    reply["measurement"]["extra"].update(held.as_extra())
             else:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}",
                          "error_kind": "protocol"}

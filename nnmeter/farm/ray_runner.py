@@ -30,7 +30,6 @@ them so the device is free for the next driver. ``RAY_USAGE_STATS_ENABLED`` is s
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
@@ -148,8 +147,10 @@ class _DeviceActor:
 
         self.backend_id = backend_id
         self.protocol = ProtocolSettings.from_dict(protocol) if protocol else None
+        from nnmeter.backends.shipping import ModelInbox
+
         self.profilers: dict[Any, Profiler] = {}
-        self.inbox = tempfile.mkdtemp(prefix="nnmeter-actor-")
+        self.models = ModelInbox(tempfile.mkdtemp(prefix="nnmeter-actor-"))
 
     def _profiler(self, core: Any) -> Profiler:
         prof = self.profilers.get(core)
@@ -168,32 +169,27 @@ class _DeviceActor:
                 "worker_pid": prof.worker_pid, "host": socket.gethostname(),
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def _receive(self, name: str, data: str | None, model: str) -> str:
-        if data is None:
-            return model
-        import tempfile
+    def _model(self, job: dict[str, Any], ship: dict[str, Any]) -> str | None:
+        """The local path of the job's model (None: send its bytes)."""
+        if not ship:
+            return job["model"]
+        return self.models.path_for(ship)
 
-        fd, path = tempfile.mkstemp(prefix="job-", suffix=f"-{os.path.basename(name)}",
-                                    dir=self.inbox)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(base64.b64decode(data))
-        return path
-
-    def run(self, job: dict[str, Any], core: Any, name: str, data: str | None,
+    def run(self, job: dict[str, Any], core: Any, ship: dict[str, Any],
             hook: str | None = None) -> dict[str, Any]:
-        path = self._receive(name, data, job["model"])
-        try:
-            m = self._profiler(core).run_job(Job.from_dict({**job, "model": path}),
-                                             on_error="record", _hook=hook)
-            d = m.as_dict()
-            d["extra"]["actor_pid"] = os.getpid()
-            return d
-        finally:
-            if data is not None:
-                os.unlink(path)
+        path = self._model(job, ship)
+        if path is None:
+            return {"need_model": True}
+        m = self._profiler(core).run_job(Job.from_dict({**job, "model": path}),
+                                         on_error="record", _hook=hook)
+        d = m.as_dict()
+        d["extra"]["actor_pid"] = os.getpid()
+        return d
 
-    def profile(self, job: dict[str, Any], core: Any, name: str, data: str | None) -> Any:
-        path = self._receive(name, data, job["model"])
+    def profile(self, job: dict[str, Any], core: Any, ship: dict[str, Any]) -> Any:
+        path = self._model(job, ship)
+        if path is None:
+            return {"need_model": True}
         try:
             prof = self._profiler(core)
             nodes = prof.profile(path, runs=job.get("profile_runs", 10),
@@ -203,9 +199,6 @@ class _DeviceActor:
             return {"ok": False, "error_kind": "unsupported", "error": str(err)}
         except Exception as err:  # BackendError, MeasurementError: re-raised on the driver
             return {"ok": False, "error_kind": type(err).__name__, "error": str(err)}
-        finally:
-            if data is not None:
-                os.unlink(path)
 
     def close(self) -> None:
         for prof in self.profilers.values():
@@ -333,12 +326,14 @@ class RayProfiler(Profiler):
     def _call(self, method: str, job: Job, *args: Any) -> tuple[Any, str, str]:
         """Call the actor; return (result, "", "") or (None, kind, why)."""
         ray = _ray()
-        shipped = self._ship(job.model)
         try:
-            ref = getattr(self._actor(), method).remote(
-                job.as_dict(), self.core, shipped.get("model_name", ""),
-                shipped.get("model_data"), *args)
-            return ray.get(ref, timeout=job.protocol.timeout_s + START_TIMEOUT_S), "", ""
+            for force in (False, True):  # again with the bytes if the actor lacks them
+                ref = getattr(self._actor(), method).remote(
+                    job.as_dict(), self.core, self._ship(job.model, force=force), *args)
+                got = ray.get(ref, timeout=job.protocol.timeout_s + START_TIMEOUT_S)
+                if not (isinstance(got, dict) and got.get("need_model")):
+                    break
+            return got, "", ""
         except ray.exceptions.GetTimeoutError:
             self.restarts += 1
             ray.kill(self._actor(), no_restart=False)  # a fresh actor for the next job

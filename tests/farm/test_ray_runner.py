@@ -43,7 +43,7 @@ def test_a_killed_actor_loses_no_row_and_duplicates_none(ray_cluster, local_buil
     ds_dir = kernel_dataset_dir("ort-cpu", tmp_path)
     killed: list[int] = []
 
-    def kill_afterrows_of(n: int) -> None:
+    def kill_after_rows(n: int) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             path = ds_dir / "conv-bn-relu.jsonl"

@@ -83,3 +83,21 @@ def test_an_unreachable_host_says_what_to_check(sshd):
                                          match="without a password"):
         with Profiler("ort-cpu") as prof:
             prof.start()
+
+
+def test_nnmeter_measure_over_ssh_from_the_command_line(sshd, tmp_path, capsys):
+    import json
+
+    from nnmeter import cli
+    from nnmeter.exporters import export
+
+    spec = sshd.spec()
+    model = export(_graph(), tmp_path / "m.onnx", "onnx")
+    argv = ["measure", str(model), "-b", "ort-cpu", "--rounds", "2", "--json",
+            "--runner", "ssh", "--host", spec.host, "--port", str(spec.port),
+            "--identity", spec.identity, "--remote-python", spec.python]
+    for opt in spec.ssh_options:
+        argv += ["--ssh-option", opt]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["latency_ms"] > 0 and out["model"] == str(model)
