@@ -1,8 +1,14 @@
 """Prediction speed: one MobileNetV2 (ModelGraph), a NASBench201 batch, cached load.
 
 Usage: python experiments/predict_speed.py [--backend ort-cpu] [--n 1000] [--variants 20]
-       [--gc-freeze] [--json out.json]
+       [--rounds 3] [--gc-freeze] [--json out.json]
 Prints figures and writes JSON. No assertion on time: this is a benchmark.
+
+``predict_many`` works segment by segment (:mod:`nnmeter.predictors.segments`). The
+NASBench-201 batch is also timed side by side against the whole-model path
+(``use_segments = False``), alternately in ``--rounds`` rounds of fresh distinct cells
+with both paths' memos emptied before each batch, and the medians are reported with the
+largest difference between the two paths' totals (they are meant to be equal).
 
 Each distinct MobileNetV2 variant is timed twice: wall clock (``perf_counter``) and the
 process's CPU time (``process_time``). On a machine shared with other work the wall
@@ -34,6 +40,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000, help="NASBench201 cells in the batch")
     ap.add_argument("--variants", type=int, default=20,
                     help="distinct MobileNetV2 variants predicted one at a time")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds of the segment and whole-model paths")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() after loading (see the module docstring)")
     ap.add_argument("--json", default="experiments/results/predict_speed.json")
@@ -98,8 +106,26 @@ def main() -> None:
     t = time.perf_counter()
     pred.predict_many(graphs)
     warm_s = time.perf_counter() - t
+    # side by side: both paths over the same fresh distinct cells, memos emptied
+    def empty_memos() -> None:
+        pred._segments = None
+        pred._partition_cache.clear()
+
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    worst = 0.0
+    for r in range(args.rounds):
+        batch = [v.build() for v in zoo.sample_variants("nasbench201", args.n, seed=100 + r)]
+        got = {}
+        for mode in ((True, False) if r % 2 else (False, True)):
+            pred.use_segments = mode
+            empty_memos()
+            t = time.perf_counter()
+            got[mode] = pred.predict_many(batch)
+            rates[mode].append(len(batch) / (time.perf_counter() - t))
+        worst = max(worst, max(abs(a - b) for a, b in zip(got[True], got[False])))
+    pred.use_segments = True
     out = {
-        "backend": args.backend, "cached_load_s": load_s, "gc_freeze": args.gc_freeze,
+        "backend": args.backend, "device": pred.device_name, "cached_load_s": load_s, "gc_freeze": args.gc_freeze,
         "mobilenetv2_first_ms": first_ms, "mobilenetv2_repeat_median_ms": statistics.median(times),
         "mobilenetv2_distinct_variants": len(distinct),
         "mobilenetv2_distinct_variants_median_ms": statistics.median(distinct),
@@ -111,6 +137,10 @@ def main() -> None:
         "nasbench201_n": len(graphs), "nasbench201_distinct_models_per_s": len(graphs) / cold_s,
         "nasbench201_repeat_models_per_s": len(graphs) / warm_s,
         "nasbench201_mean_predicted_ms": sum(totals) / len(totals),
+        "nasbench201_rounds": args.rounds,
+        "nasbench201_segments_median_models_per_s": statistics.median(rates[True]),
+        "nasbench201_whole_models_median_models_per_s": statistics.median(rates[False]),
+        "nasbench201_segments_vs_whole_max_abs_diff_ms": worst,
     }
     for k, v in out.items():
         print(f"{k:44s} {v:.4g}" if isinstance(v, float) else f"{k:44s} {v}")

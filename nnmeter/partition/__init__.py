@@ -69,7 +69,7 @@ from nnmeter.kernels.base import KERNEL_TYPES
 from nnmeter.kernels.pooling import PoolKernel
 from nnmeter.partition.blocks import GraphView, match_blocks
 
-__all__ = ["partition", "match_blocks", "kernel_graph", "GraphView"]
+__all__ = ["partition", "partition_segment", "match_blocks", "kernel_graph", "GraphView"]
 
 logger = logging.getLogger(__name__)
 
@@ -548,14 +548,34 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
     PartitionError
         If the result would not be a DAG of kernels covering every op (a bug).
     """
+    return _partition(graph, rules)
+
+
+def partition_segment(graph: ModelGraph, rules: Any, stub: str) -> list[Kernel] | None:
+    """The kernels of one segment of a larger graph (:mod:`nnmeter.partition.segments`).
+
+    ``graph`` holds the segment's nodes after ``stub``, a node that stands for the
+    producer of the segment's input (its op, attributes and shapes, no inputs). The stub
+    is a kernel of its own that never grows, as the producer's kernel in the whole
+    graph does not when the cut is safe (:func:`~nnmeter.partition.segments.may_grow_into`
+    says), and it is left out of the result. None when a fused block would contain the
+    stub (the cut is not one the segments may use).
+    """
+    return _partition(graph, rules, stub=stub)
+
+
+def _partition(graph: ModelGraph, rules: Any, stub: str | None = None) -> list[Kernel] | None:
     view = GraphView(graph)
     if not view.shapes_known:
         graph = graph.copy().infer_shapes()
         view = GraphView(graph)
     memo = _memo_of(rules)
     state = _State(view)
+    stub_kid = state.new([stub], "stub") if stub is not None else None
     for block, names in match_blocks(graph, view=view):
         if rules.block_fused(block):
+            if stub is not None and stub in names:
+                return None
             state.new(list(names), block)
     _grow_kernels(state, memo)
     op_of = view.ops
@@ -569,6 +589,8 @@ def partition(graph: ModelGraph, rules: Any) -> list[Kernel]:
                 members[kid] = ordered
                 ops[kid] = tuple([op_of[n] for n in ordered])
     order = _kernel_order(view, members, state.kernel_of, graph.name)
+    if stub_kid is not None:
+        order = [kid for kid in order if kid != stub_kid]
     kernels = _make_kernels(graph, view, state, order, memo)
     logger.debug("partitioned %s: %d nodes into %d kernels", graph.name, len(view.nodes),
                  len(kernels))

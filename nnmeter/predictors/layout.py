@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["BLOCKED_FAMILIES", "CHANNEL_ALIGN", "TRANSPARENT_TYPES",
-           "reorder_elements", "model_reorders"]
+           "reorder_elements", "model_reorders", "layout_pass"]
 
 # The channel block of ORT's NCHWc layout is the CPU's vector width in floats (16 with
 # AVX-512, 8 with AVX2): a fact of the device, :attr:`DeviceFacts.layout_block`
@@ -142,7 +142,25 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
     is in that kernel's layout and no reorder is counted at their input."""
     if not block:
         return []
+    main, at_outputs, _, _ = layout_pass(graph, kernels, block, memo, absorbed)
+    return main + at_outputs
+
+
+def layout_pass(graph: Any, kernels: Sequence[Any], block: int,
+                memo: dict[Any, tuple[Any, int, int]] | None = None,
+                absorbed: Mapping[int, int] | None = None,
+                given: Mapping[int, tuple[bool, bool]] | None = None,
+                ) -> tuple[list[int], list[int], list[bool], set[int]]:
+    """:func:`model_reorders` in parts: the reorders found kernel by kernel, those of
+    blocked tensors that leave the model (:func:`model_reorders` returns the first
+    list, then the second), each kernel's layout (True: blocked) and the kernels whose
+    output was reordered.
+
+    ``given`` maps kernels whose state was decided elsewhere to (blocked, reordered):
+    they are not looked at, only read (a segment's stub for the kernel that produces
+    its input, :mod:`nnmeter.predictors.segments`)."""
     absorbed = absorbed or {}
+    given = given or {}
     if memo is None:
         memo = {}
     node2k = {n: i for i, k in enumerate(kernels) for n in k.nodes}
@@ -155,7 +173,13 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
     # kernel type name -> (KernelType, may run blocked, layout-transparent)
     info: dict[str, tuple[Any, bool, bool]] = {}
     in_kernel = node2k.get
+    for i, state in given.items():
+        blocked[i] = state[0]
+        if state[1]:
+            reordered.add(i)
     for i, k in enumerate(kernels):
+        if i in given:
+            continue
         into = absorbed.get(i)
         if into is not None:
             blocked[i] = blocked[into]
@@ -203,7 +227,9 @@ def model_reorders(graph: Any, kernels: Sequence[Any], block: int,
                 reordered.add(p)
                 out.append(_elements(node_data, _exit_node(succ_of, kernels[p].nodes)))
     outputs = {str(getattr(r, "node", r)) for r in getattr(graph, "outputs", ())}
+    at_outputs: list[int] = []
     for i, k in enumerate(kernels):
-        if blocked[i] and i not in reordered and not outputs.isdisjoint(k.nodes):
-            out.append(_elements(node_data, _exit_node(succ_of, k.nodes)))
-    return out
+        if blocked[i] and i not in reordered and i not in given \
+                and not outputs.isdisjoint(k.nodes):
+            at_outputs.append(_elements(node_data, _exit_node(succ_of, k.nodes)))
+    return out, at_outputs, blocked, reordered

@@ -267,6 +267,10 @@ class LatencyPredictor:
         self.intervals: Any = None
         #: grouped convolutions get the ``gconv-*`` types where the data has them
         self.grouped = any(k.startswith(("type:gconv", "family:gconv")) for k in self.regressors)
+        #: predict_many works segment by segment where it can
+        #: (:mod:`nnmeter.predictors.segments`); False: whole models only (same figures)
+        self.use_segments = True
+        self._segments: Any = None
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -593,35 +597,64 @@ class LatencyPredictor:
         calibrated intervals."""
         return self.intervals.total(total_ms) if self.intervals is not None else None
 
+    def _segment_totals(self) -> Any:
+        """The segment memo for the current composition, or None when a term is one
+        :mod:`nnmeter.predictors.segments` does not know (or ``use_segments`` is off)."""
+        if not self.use_segments:
+            return None
+        from nnmeter.predictors.segments import SegmentTotals
+
+        held = self._segments
+        if held is None or held[0] is not self.composition:
+            seg = (SegmentTotals(self, _grouped_types if self.grouped else None)
+                   if SegmentTotals.supports(self.composition) else None)
+            held = self._segments = (self.composition, seg)
+        return held[1]
+
     def predict_many(self, graphs: Sequence[Any]) -> list[float]:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
-        one batch per estimator (fast for NAS loops)."""
-        graphs = [self._for_backend(_as_graph(g)) for g in graphs]
+        one batch per estimator (fast for NAS loops). Graphs that are chains of
+        segments are predicted segment by segment, each distinct segment once
+        (:mod:`nnmeter.predictors.segments`; the figures are the same)."""
+        graphs = [_as_graph(g) for g in graphs]
         # A batch allocates many small, acyclic objects; with the cyclic collector on,
         # its full passes over the caller's graphs cost more than the prediction. It is
         # paused for the batch (nothing created here needs it) and restored after.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            kernels = [self.kernels(g) for g in graphs]
-            batch, slots = self._estimate(kernels)
-            preds, assemble = batch.preds, self.composition.assemble
-            # graphs of one structure share their kernel and slot lists: one total each
-            done: dict[int, float] = {}
-            out = []
-            for g, ks, sl in zip(graphs, kernels, slots):
-                total = done.get(id(sl))
-                if total is None:
-                    view = ModelView(g, ks, [preds[s[0]][s[1]] for s in sl], batch=batch,
-                                     slots=sl, track=False)
-                    term_ms = assemble(view)
-                    total = float(sum(view.ms)) + float(sum(term_ms))
-                    done[id(sl)] = total
-                out.append(total)
-            return out
+            seg = self._segment_totals()
+            if seg is not None:
+                got = seg.totals(graphs)
+                rest = [i for i, t in enumerate(got) if t is None]
+                if rest:
+                    for i, t in zip(rest, self._predict_whole([graphs[i] for i in rest])):
+                        got[i] = t
+                return got  # type: ignore[return-value]
+            return self._predict_whole(graphs)
         finally:
             if collecting:
                 gc.enable()
+
+    def _predict_whole(self, graphs: Sequence[Any]) -> list[float]:
+        """:meth:`predict_many` over whole models (the collector already paused)."""
+        graphs = [self._for_backend(g) for g in graphs]
+        kernels = [self.kernels(g) for g in graphs]
+        batch, slots = self._estimate(kernels)
+        preds, assemble = batch.preds, self.composition.assemble
+        # graphs of one structure share their kernel and slot lists: one total each
+        done: dict[int, float] = {}
+        out = []
+        for g, ks, sl in zip(graphs, kernels, slots):
+            total = done.get(id(sl))
+            if total is None:
+                view = ModelView(g, ks, [preds[s[0]][s[1]] for s in sl], batch=batch,
+                                 slots=sl, track=False)
+                term_ms = assemble(view)
+                total = float(sum(view.ms)) + float(sum(term_ms))
+                done[id(sl)] = total
+            out.append(total)
+        return out
 
     @property
     def device_name(self) -> str:
