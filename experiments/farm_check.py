@@ -13,8 +13,9 @@ one litert-cpu) and, where an sshd can be started, an ssh "remote" on 127.0.0.1.
    (SIGKILL) once two rows are written; counts rows lost and duplicated against the
    local build.
 3. **Model-level figure and overhead.** ``--models`` zoo base models measured in
-   ``--passes`` passes, each pass local then Ray then ssh, one model at a time (one
-   measurement at a time on these cores; the timing lock holds the machine). The
+   ``--passes`` passes; in each pass the three profilers (local, Ray, ssh) are open
+   together and each model is measured by each in turn, the order rotated from model to
+   model, one measurement at a time (the timing lock holds the machine). The
    repeatability is local pass 1 against local pass 2; the farm figure is each runner
    against local in the same pass. Overhead per job: the driver's wall time per job
    minus the local one for the same model and pass (medians), and Ray's own share
@@ -68,7 +69,8 @@ def main() -> None:
     from nnmeter.builder import build_predictor
     from nnmeter.devices.cpu import local_cpu
     from nnmeter.farm import RunnerSpec, use_runner
-    from nnmeter.farm.ray_runner import release_actors, resource_name
+    from nnmeter.farm.ray_runner import RayProfiler, release_actors, resource_name
+    from nnmeter.farm.ssh import SshProfiler
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
     import onnxruntime
@@ -146,22 +148,32 @@ def main() -> None:
         res: dict[str, list[list[dict]]] = {r: [] for r in runners}
         bar = tqdm(total=args.passes * len(runners) * len(graphs), desc="model passes",
                    unit="job")
-        for _ in range(args.passes):
-            for r in runners:
-                with use_runner(specs.get(r)), Profiler("ort-cpu") as prof:
-                    prof.start()
-                    row = []
-                    for g in graphs:
-                        t0 = time.perf_counter()
-                        m = prof.measure(g)
-                        wall = (time.perf_counter() - t0) * 1000
-                        row.append({"model": g.name, "ok": m.ok, "ms": m.latency_ms,
-                                    "driver_wall_ms": wall,
+        for p in range(args.passes):
+            # every runner's profiler open at once; per model, the runners in turn, in
+            # an order rotated from model to model (no runner always first or last)
+            profs = {"local": Profiler("ort-cpu")}
+            if "ray" in specs:
+                profs["ray"] = RayProfiler("ort-cpu", spec=specs["ray"])
+            if "ssh" in specs:
+                profs["ssh"] = SshProfiler("ort-cpu", spec=specs["ssh"])
+            for prof in profs.values():
+                prof.start()
+            rows: dict[str, list[dict]] = {r: [] for r in runners}
+            for i, g in enumerate(graphs):
+                order = runners[i % len(runners):] + runners[:i % len(runners)]
+                for r in order:
+                    t0 = time.perf_counter()
+                    m = profs[r].measure(g)
+                    wall = (time.perf_counter() - t0) * 1000
+                    rows[r].append({"model": g.name, "ok": m.ok, "ms": m.latency_ms,
+                                    "driver_wall_ms": wall, "order": order.index(r),
                                     "farm_overhead_ms": m.extra.get("farm_overhead_ms")})
-                        bar.update()
-                    res[r].append(row)
-                if r == "ray":
-                    release_actors()
+                    bar.update()
+            for r in runners:
+                res[r].append(rows[r])
+            for prof in profs.values():
+                prof.close()
+            release_actors()
         bar.close()
         out["models"] = [g.name for g in graphs]
         out["passes"] = res

@@ -229,9 +229,21 @@ def main() -> None:
                          "converter needed over 24 GiB for a 466 M-parameter ResNet")
     ap.add_argument("--json", default=None)
     ap.add_argument("--gcn", action="store_true", help="also cross-validate the GCN baseline")
+    from nnmeter.farm import add_runner_arguments, runner_device, runner_from_args, use_runner
+
+    add_runner_arguments(ap)
     args = ap.parse_args()
     args.json = args.json or f"experiments/results/model_accuracy_{args.backend}.json"
-    measure(args) if args.step == "measure" else report(args)
+    if args.step == "report":
+        report(args)
+        return
+    # through a farm runner (--runner ray|ssh|adb) the set is the remote device's
+    with use_runner(runner_from_args(args)):
+        if args.device is None and args.runner != "local":
+            dev = runner_device(args.backend)
+            args.device = dev.name or dev.fingerprint_id
+            print(f"measuring on {args.device} ({args.runner})", flush=True)
+        measure(args)
 
 
 if __name__ == "__main__":

@@ -509,6 +509,9 @@ def main() -> int:
             s.add_argument("--out", default=None, help="result JSON (default "
                            "experiments/results/real_set_kernels_<backend>.json)")
         if name == "measure":
+            from nnmeter.farm import add_runner_arguments
+
+            add_runner_arguments(s)
             s.add_argument("--passes", type=int, default=2)
             s.add_argument("--control", action="store_true",
                            help="measure the zoo's base models instead (a control)")
@@ -520,7 +523,16 @@ def main() -> int:
         if name == "report":
             s.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    return {"build": build, "measure": measure, "kernels": kernels, "report": report}[args.cmd](args)
+    if args.cmd == "measure":
+        # through a farm runner (--runner ray|ssh|adb) the set is the remote device's
+        from nnmeter.farm import runner_device, runner_from_args, use_runner
+
+        with use_runner(runner_from_args(args)):
+            if args.device is None and args.runner != "local":
+                dev = runner_device(args.backend)
+                args.device = dev.name or dev.fingerprint_id
+            return measure(args)
+    return {"build": build, "kernels": kernels, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -200,13 +200,14 @@ class AdbProfiler(Profiler):
         digest = self._adb("shell", "sha256sum", self.spec.benchmark_binary).split()
         version = digest[0][:12] if digest else "unknown"
         model = props["ro.soc.model"] or info["hardware"] or props["ro.product.model"]
+        slug = re.sub(r"[^a-z0-9]+", "-", (model or "android").lower()).strip("-")
         self.device = DeviceInfo(
             cpu_model=model or "android", cores=info["cores"], runtime="litert-benchmark_model",
             runtime_version=version,
             settings={"threads": self.backend.threads, "xnnpack": self.xnnpack,
                       "phone": props["ro.product.model"], "build": props["ro.build.fingerprint"]},
             arch="aarch64", vendor="arm", isa=tuple(f for f in _ARM_ISA if f in info["features"]),
-            microarch=",".join(info["parts"]))
+            microarch=",".join(info["parts"]), name=f"{slug}-{info['cores']}c")
         self._adb("shell", "mkdir", "-p", REMOTE_DIR)
         self._started = True
         return self

@@ -119,6 +119,7 @@ def test_a_job_pushes_times_each_round_parses_and_cleans_up(fake_adb, tmp_path):
     assert log[-1] == ["-s", "PHONE1", "shell", "rm", "-f", "/data/local/tmp/nnmeter/m.tflite"]
     d = m.device
     assert (d.cpu_model, d.cores, d.runtime_version) == ("Tensor G3", 8, "0123456789ab")
+    assert d.name == "tensor-g3-8c"
     assert "asimddp" in d.isa and "sve" not in d.isa and d.settings["phone"] == "Pixel 8"
 
 

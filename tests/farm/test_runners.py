@@ -64,3 +64,12 @@ def test_describe_names_where_measurements_run():
     assert RunnerSpec("ray", address="head:6379", node="abc").describe() == \
         "ray at head:6379, node abc"
     assert RunnerSpec("adb").describe() == "adb device (the only one)"
+
+
+def test_a_remote_device_names_its_own_dataset(tmp_path):
+    from nnmeter.backends.base import DeviceInfo
+    from nnmeter.devices.datasets import default_dataset_id
+
+    phone = DeviceInfo("Tensor G3", 8, "litert-benchmark_model", "0123456789ab",
+                       {"threads": 1}, "aarch64", name="tensor-g3-8c")
+    assert default_dataset_id("litert-cpu", tmp_path, device=phone) == "litert-cpu@tensor-g3-8c"
