@@ -128,9 +128,13 @@ class Segmenter:
                 attrs = node.attrs
                 hit = by_id.get(id(attrs))
                 if hit is None or hit[0] is not attrs:
-                    code = by_value.get(attrs)
+                    # a record's class and field values (hashed in C; a field left out
+                    # of its equality only makes equal records look different)
+                    fields = getattr(attrs, "__dict__", None)
+                    value = attrs if fields is None else (type(attrs), *fields.values())
+                    code = by_value.get(value)
                     if code is None:
-                        code = by_value[attrs] = len(by_value)
+                        code = by_value[value] = len(by_value)
                     hit = by_id[id(attrs)] = (attrs, code)
                 add_sig((node.op, hit[1], node.input_shapes, node.output_shapes, rel))
                 add_node(node)
