@@ -27,6 +27,7 @@ Prints figures and writes JSON. No assertion: this is a benchmark.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -61,7 +62,6 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
     from conftest import PRIOR, SMALL, Sshd, _actor_pids, _keys_of, _rows_of
-    from ray.cluster_utils import Cluster
     from tqdm import tqdm
 
     from nnmeter import zoo
@@ -69,7 +69,7 @@ def main() -> None:
     from nnmeter.builder import build_predictor
     from nnmeter.devices.cpu import local_cpu
     from nnmeter.farm import RunnerSpec, use_runner
-    from nnmeter.farm.ray_runner import RayProfiler, release_actors, resource_name
+    from nnmeter.farm.ray_runner import RayProfiler, local_farm, release_actors
     from nnmeter.farm.ssh import SshProfiler
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
@@ -79,13 +79,9 @@ def main() -> None:
                  "runtime_version": onnxruntime.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M")}
     work = Path(tempfile.mkdtemp(prefix="nnfarm-"))
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False,
-        "temp_dir": tempfile.mkdtemp(prefix="nnray-", dir="/tmp")})
-    cluster.add_node(num_cpus=1, resources={resource_name("ort-cpu"): 1})
-    cluster.add_node(num_cpus=1, resources={resource_name("litert-cpu"): 1})
-    cluster.wait_for_nodes()
-    ray_spec = RunnerSpec("ray", address=cluster.address)
+    stack = contextlib.ExitStack()
+    address = stack.enter_context(local_farm((("ort-cpu",), ("litert-cpu",))))
+    ray_spec = RunnerSpec("ray", address=address)
     sshd = None
     if not args.skip_ssh and (shutil.which("sshd") or os.path.exists("/usr/sbin/sshd")):
         (work / "sshd").mkdir()
@@ -195,11 +191,7 @@ def main() -> None:
             a["driver_wall_ms"] for p in loc for a in p)
         out["figures"] = figs
     finally:
-        release_actors()
-        import ray
-
-        ray.shutdown()
-        cluster.shutdown()
+        stack.close()
         if sshd is not None:
             sshd.close()
         shutil.rmtree(work, ignore_errors=True)

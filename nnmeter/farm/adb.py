@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from nnmeter.backends.base import DeviceInfo, ExecutedNode, Measurement
-from nnmeter.backends.profiler import Profiler, resolve_model
+from nnmeter.backends.profiler import resolve_model
 from nnmeter.backends.protocol import Job
+from nnmeter.farm.remote import RemoteProfiler
 
 __all__ = ["AdbProfiler", "adb_command", "benchmark_command", "parse_benchmark_output",
            "parse_op_profile", "parse_cpuinfo", "REMOTE_DIR"]
@@ -149,23 +150,16 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
 _ARM_ISA = ("asimd", "asimddp", "asimdhp", "i8mm", "bf16", "sve", "sve2", "sme")
 
 
-class AdbProfiler(Profiler):
+class AdbProfiler(RemoteProfiler):
     """A :class:`~nnmeter.backends.Profiler` for a phone over adb (see the module).
     Takes LiteRT backends only (``litert-cpu``, ``litert-cpu-ref``, ``-tN``)."""
 
-    ships_models = True
-    locks_here = False
+    kind = "adb"
 
-    def __init__(self, backend_id: str, *, protocol: Any = None,
-                 core: int | str | None = "auto", python: str | None = None,
-                 spec: Any = None) -> None:
+    def __init__(self, backend_id: str, **kw: Any) -> None:
         from nnmeter.errors import BackendUnavailableError
-        from nnmeter.farm import current_runner
 
-        super().__init__(backend_id, protocol=protocol, core=None, python=python)
-        self.spec = spec or current_runner()
-        if self.spec is None or self.spec.kind != "adb":
-            raise ValueError("AdbProfiler needs an adb RunnerSpec (spec= or use_runner)")
+        super().__init__(backend_id, **kw)
         if self.backend.model_format != "tflite":
             raise BackendUnavailableError(
                 f"the adb runner times .tflite models with LiteRT's benchmark_model; "

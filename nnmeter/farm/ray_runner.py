@@ -30,19 +30,21 @@ them so the device is free for the next driver. ``RAY_USAGE_STATS_ENABLED`` is s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from nnmeter.backends.base import ExecutedNode, Measurement
 from nnmeter.backends.profiler import Profiler
 from nnmeter.backends.protocol import Job
+from nnmeter.farm.remote import RemoteProfiler
 
 __all__ = ["RayProfiler", "resource_name", "node_resources", "connect", "farm_devices",
-           "release_actors", "MAX_RESTARTS", "MAX_TASK_RETRIES", "START_TIMEOUT_S"]
+           "release_actors", "local_farm", "MAX_RESTARTS", "MAX_TASK_RETRIES", "START_TIMEOUT_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +137,35 @@ def farm_devices(address: str | None = None) -> list[dict[str, Any]]:
     except Exception:  # no state API (e.g. a Ray client connection): leave it unsaid
         pass
     return rows
+
+
+@contextlib.contextmanager
+def local_farm(nodes: Sequence[Sequence[str]] = (("ort-cpu",), ("litert-cpu",))
+               ) -> Iterator[str]:
+    """A Ray cluster on this machine, for trying the farm and for tests: a head that
+    offers no backend and one worker node per entry of ``nodes``, offering those
+    backends. Yields the cluster's address; shuts it down (and this process's Ray
+    connection) at the end."""
+    import tempfile
+
+    _ray()
+    from ray.cluster_utils import Cluster
+
+    # Ray's socket paths must stay short: a temp folder right under /tmp
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False,
+        "temp_dir": tempfile.mkdtemp(prefix="nnray-", dir="/tmp")})
+    try:
+        for backends in nodes:
+            cluster.add_node(num_cpus=1, resources=node_resources(backends))
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        release_actors()
+        import ray
+
+        ray.shutdown()
+        cluster.shutdown()
 
 
 class _DeviceActor:
@@ -274,24 +305,14 @@ def release_actors() -> None:
             pass
 
 
-class RayProfiler(Profiler):
+class RayProfiler(RemoteProfiler):
     """A :class:`~nnmeter.backends.Profiler` whose jobs run in the device's Ray actor
-    (see the module). Made by ``Profiler(...)`` inside
-    ``use_runner(RunnerSpec("ray", ...))``, or directly with ``spec=``."""
+    (see the module)."""
 
-    ships_models = True
-    locks_here = False
+    kind = "ray"
 
-    def __init__(self, backend_id: str, *, protocol: Any = None,
-                 core: int | str | None = "auto", python: str | None = None,
-                 spec: Any = None) -> None:
-        from nnmeter.farm import current_runner
-
-        super().__init__(backend_id, protocol=protocol, core=None, python=python)
-        self.spec = spec or current_runner()
-        if self.spec is None or self.spec.kind != "ray":
-            raise ValueError("RayProfiler needs a ray RunnerSpec (spec= or use_runner)")
-        self.core = core  # resolved on the node: this machine's cores say nothing there
+    def __init__(self, backend_id: str, **kw: Any) -> None:
+        super().__init__(backend_id, **kw)
         self._handle: Any = None
         self.actor_pid: int | None = None
         self.node_id: str | None = None

@@ -30,7 +30,7 @@ import os
 import shlex
 from typing import Any
 
-from nnmeter.backends.profiler import Profiler
+from nnmeter.farm.remote import RemoteProfiler
 
 __all__ = ["SshProfiler", "ssh_command", "REMOTE_ENV"]
 
@@ -61,25 +61,11 @@ def ssh_command(spec: Any, backend_id: str, core: int | str | None) -> list[str]
     return cmd + [shlex.quote(w) for w in remote]
 
 
-class SshProfiler(Profiler):
+class SshProfiler(RemoteProfiler):
     """A :class:`~nnmeter.backends.Profiler` whose worker runs on ``spec.host`` over
-    ssh (see the module). Made by ``Profiler(...)`` inside
-    ``use_runner(RunnerSpec("ssh", host=...))``, or directly with ``spec=``."""
+    ssh (see the module)."""
 
-    ships_models = True
-    locks_here = False
-
-    def __init__(self, backend_id: str, *, protocol: Any = None,
-                 core: int | str | None = "auto", python: str | None = None,
-                 spec: Any = None) -> None:
-        from nnmeter.farm import current_runner
-
-        super().__init__(backend_id, protocol=protocol, core=None, python=python)
-        self.spec = spec or current_runner()
-        if self.spec is None or self.spec.kind != "ssh":
-            raise ValueError("SshProfiler needs an ssh RunnerSpec (spec= or use_runner)")
-        # the remote worker picks its own core: this machine's cores say nothing there
-        self.core = "auto" if core == "auto" else core
+    kind = "ssh"
 
     def _command(self) -> list[str]:
         return ssh_command(self.spec, self.backend_id, self.core)

@@ -100,25 +100,10 @@ def ray_cluster():
     ort-cpu, the other litert-cpu. Yields the cluster's address; the test process
     connects to it as the driver."""
     pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[farm]"')
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from ray.cluster_utils import Cluster
+    from nnmeter.farm.ray_runner import local_farm
 
-    from nnmeter.farm.ray_runner import resource_name
-
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False,
-        "temp_dir": tempfile.mkdtemp(prefix="nnray-", dir="/tmp")})
-    cluster.add_node(num_cpus=1, resources={resource_name("ort-cpu"): 1})
-    cluster.add_node(num_cpus=1, resources={resource_name("litert-cpu"): 1})
-    cluster.wait_for_nodes()
-    yield cluster.address
-    import ray
-
-    from nnmeter.farm.ray_runner import release_actors
-
-    release_actors()
-    ray.shutdown()
-    cluster.shutdown()
+    with local_farm((("ort-cpu",), ("litert-cpu",))) as address:
+        yield address
 
 
 @pytest.fixture

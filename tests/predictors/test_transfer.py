@@ -152,7 +152,7 @@ def test_a_transfer_never_writes_into_a_full_build(world, monkeypatch):
     assert not (full / "transfer.json").exists()
     import nnmeter.devices.datasets as datasets
 
-    monkeypatch.setattr(datasets, "default_dataset_id", lambda b, root=None: "ort-cpu@tgt3")
+    monkeypatch.setattr(datasets, "default_dataset_id", lambda b, root=None, device=None: "ort-cpu@tgt3")
     res = build_by_transfer("ort-cpu", "src", budget_minutes=1, profiler=tgt,
                             progress=False, root=world, limit=5)
     assert res.dataset_dir.endswith("ort-cpu@tgt3-transfer")
