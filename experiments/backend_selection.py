@@ -1,93 +1,289 @@
-"""Backend selection over the zoo's base models: does the predicted fastest backend
-match the measured fastest (or come within 5 % of it)?
+"""Backend selection the Walle way, on a set where the winner changes (issue 23).
 
-Usage: flock /tmp/nnmeter-measure.lock python experiments/backend_selection.py \
-           [--backends ort-cpu,litert-cpu,...] [--families ...] [--json out.json]
-Measures every base model on every backend (one Profiler per backend, in turn).
+Usage:
+    python experiments/backend_selection.py pool     # pilot: every pool model, 1 pass
+    python experiments/backend_selection.py choose   # the selection set, from the pilot
+    python experiments/backend_selection.py measure  # truth: the set, 2 fresh passes
+    python experiments/backend_selection.py report [--json F]
 
-``--reuse-measured FILE`` takes the measured latencies from an earlier run's JSON
-instead (same machine fingerprint: each backend's current fingerprint must match the
-one stored there), so that a retrained predictor can be re-scored without re-measuring.
+Steps write under ``datasets/models/selection@<device>/`` (one device per folder) and
+resume where they stopped: every measurement is appended as it is made.
+
+- **pool**: zoo variants of seed 3000 (a seed no other set uses): ``--per-family`` per
+  family (NASBench-201 cells twice as many), measured once on every backend. The models
+  are exported once per format into a cache folder and measured from the files.
+- **choose**: the pilot's winner per model; models are dropped, most common winner
+  first, until no backend wins more than half. The dropped models are the baselines'
+  training data (the FLOPs lines) and the pilot as a whole says which backend wins most
+  often. Design decisions read the pilot only; the set's truth is measured afresh.
+- **measure**: the set in ``--passes`` passes; in each, per model, every backend in
+  turn, the order rotated from model to model; the analytic baselines' probe models on
+  every backend in the same run.
+- **report**: truth is the fastest of the passes of this one run; repeatability is the
+  first pass's winner scored on the second. Picks scored: nnmeter's predictors of this
+  device (``nnmeter.selection.rank_backends``), MNN's analytic cost (FLOPs over one
+  measured FLOPS per backend), the same per op class, per-backend FLOPs lines fitted on
+  the dropped pilot models, and "always the pilot's most frequent winner". Top-1
+  agreement and mean regret (time lost against the measured fastest).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
+import time
 from pathlib import Path
+
+BACKENDS = ("ort-cpu", "litert-cpu", "openvino-cpu", "mnn-cpu")
+SEED = 3000
+FAMILIES = ("nasbench201", "mobilenetv1", "mobilenetv2", "mobilenetv3", "mnasnet",
+            "proxylessnas", "shufflenetv2", "squeezenet", "resnet", "googlenet", "densenet")
+
+
+def _dir(device: str | None) -> Path:
+    from nnmeter.devices.cpu import local_cpu
+    from nnmeter.predictors.dataset import data_root
+
+    return data_root() / "datasets" / "models" / f"selection@{device or local_cpu().short_name()}"
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line of an interrupted run
+    return out
+
+
+def _pool(per_family: int) -> list:
+    from nnmeter import zoo
+
+    out = []
+    for fam in FAMILIES:
+        n = per_family * (2 if fam == "nasbench201" else 1)
+        out += list(zoo.sample_variants(fam, n, seed=SEED))
+    return out
+
+
+def _model_file(v, backend: str, cache: Path) -> Path:
+    """``v`` exported once per format into ``cache``."""
+    from nnmeter.backends import get_backend
+    from nnmeter.exporters import export
+
+    fmt = get_backend(backend).model_format
+    path = cache / f"{v.name}.{fmt}"
+    if not path.exists():
+        tmp = cache / f"{v.name}.partial.{fmt}"
+        export(v.build(), tmp, fmt)
+        tmp.replace(path)
+    return path
+
+
+def _measure_models(variants, backends, passes, out_path: Path, cache: Path, tag: str) -> None:
+    from tqdm import tqdm
+
+    from nnmeter.backends import Profiler
+
+    done = {(r["model"], r["backend"], r["pass"]) for r in _read(out_path)}
+    todo = [(p, v) for p in range(passes) for v in variants]
+    total = len(todo) * len(backends)
+    bar = tqdm(total=total, initial=sum(1 for p, v in todo for b in backends
+                                        if (v.name, b, p) in done), desc=tag, unit="job")
+    profs = {b: Profiler(b) for b in backends}
+    try:
+        with open(out_path, "a") as fh:
+            for i, (p, v) in enumerate(todo):
+                order = list(backends[i % len(backends):]) + list(backends[:i % len(backends)])
+                for b in order:
+                    if (v.name, b, p) in done:
+                        continue
+                    try:
+                        path = _model_file(v, b, cache)
+                        m = profs[b].measure(path, on_error="record")
+                        row = {"ok": m.ok, "latency_ms": m.latency_ms if m.ok else None,
+                               "spread": m.spread, "error": m.error,
+                               "fingerprint_id": m.device.fingerprint_id if m.device else None}
+                    except Exception as err:  # an export the format cannot take
+                        row = {"ok": False, "latency_ms": None,
+                               "error": f"{type(err).__name__}: {err}"}
+                    fh.write(json.dumps({"model": v.name, "family": v.family, "backend": b,
+                                         "pass": p, **row,
+                                         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                             + "\n")
+                    fh.flush()
+                    bar.update()
+    finally:
+        bar.close()
+        for prof in profs.values():
+            prof.close()
+
+
+def _table(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """model → backend → latencies of its passes (ok rows only)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("ok") and r.get("latency_ms"):
+            out.setdefault(r["model"], {}).setdefault(r["backend"], []).append(r["latency_ms"])
+    return out
+
+
+def pool(args: argparse.Namespace) -> None:
+    d = _dir(args.device)
+    d.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    _measure_models(_pool(args.per_family), BACKENDS, 1, d / "pilot.jsonl", cache, "pilot")
+
+
+def choose(args: argparse.Namespace) -> None:
+    d = _dir(args.device)
+    t = _table(_read(d / "pilot.jsonl"))
+    winners = {m: min(bs, key=lambda b: min(bs[b])) for m, bs in t.items()
+               if all(b in bs for b in BACKENDS)}
+    chosen = dict(winners)
+    while True:
+        counts = {b: sum(1 for w in chosen.values() if w == b) for b in BACKENDS}
+        top = max(counts, key=counts.get)
+        if counts[top] * 2 <= len(chosen):
+            break
+        # drop the model of the top winner whose win is the narrowest
+        def margin(m: str) -> float:
+            lat = sorted(min(v) for v in t[m].values())
+            return lat[1] / lat[0]
+        drop = min((m for m, w in chosen.items() if w == top), key=margin)
+        del chosen[drop]
+    rec = {"chosen": sorted(chosen), "dropped": sorted(set(winners) - set(chosen)),
+           "pilot_winners": winners,
+           "pilot_most_frequent": max(BACKENDS, key=lambda b: sum(
+               1 for w in winners.values() if w == b)),
+           "pilot_counts": {b: sum(1 for w in winners.values() if w == b) for b in BACKENDS},
+           "set_counts": {b: sum(1 for w in chosen.values() if w == b) for b in BACKENDS},
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (d / "set.json").write_text(json.dumps(rec, indent=1))
+    print(f"pilot winners {rec['pilot_counts']}; set of {len(chosen)}: {rec['set_counts']}")
+
+
+def measure(args: argparse.Namespace) -> None:
+    from nnmeter.backends import Profiler
+    from nnmeter.selection import measure_rates
+
+    d = _dir(args.device)
+    rec = json.loads((d / "set.json").read_text())
+    names = set(rec["chosen"])
+    variants = [v for v in _pool(args.per_family) if v.name in names]
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    _measure_models(variants, BACKENDS, args.passes, d / "truth.jsonl", cache, "truth")
+    rates_path = d / "rates.json"
+    if not rates_path.exists():
+        rates = {}
+        for b in BACKENDS:
+            with Profiler(b) as prof:
+                rates[b] = measure_rates(b, prof)
+        rates_path.write_text(json.dumps({"rates_flops_per_ms": rates,
+                                          "measured": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                                         indent=1))
+
+
+def report(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from nnmeter import zoo
+    from nnmeter.selection import AnalyticCost, rank_backends, regret
+
+    d = _dir(args.device)
+    rec = json.loads((d / "set.json").read_text())
+    truth_rows = _read(d / "truth.jsonl")
+    t = _table(truth_rows)
+    models = [m for m in rec["chosen"] if m in t and all(b in t[m] for b in BACKENDS)]
+    rates = json.loads((d / "rates.json").read_text())["rates_flops_per_ms"]
+    graphs = {m: zoo.get_variant(m).build() for m in models}
+    pilot = _table(_read(d / "pilot.jsonl"))
+
+    # FLOPs lines per backend, fitted on the dropped pilot models
+    fit = {}
+    train = [m for m in rec["dropped"] if m in pilot]
+    flops_of = {m: zoo.get_variant(m).build().cost().flops for m in train}
+    for b in BACKENDS:
+        xs = np.array([flops_of[m] for m in train if b in pilot[m]], dtype=float)
+        ys = np.array([min(pilot[m][b]) for m in train if b in pilot[m]])
+        fit[b] = np.polyfit(xs, ys, 1) if len(xs) >= 2 else np.array([0.0, math.nan])
+
+    mnn = AnalyticCost(rates, per_class=False)
+    per_class = AnalyticCost(rates, per_class=True)
+    picks: dict[str, dict[str, str]] = {k: {} for k in (
+        "nnmeter", "mnn_analytic", "analytic_per_class", "flops_lines", "most_frequent")}
+    predicted: dict[str, dict] = {}
+    for m, g in graphs.items():
+        ranked = rank_backends(g, BACKENDS)
+        predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
+        picks["nnmeter"][m] = ranked[0].backend_id
+        picks["mnn_analytic"][m] = mnn.pick(g, BACKENDS)
+        picks["analytic_per_class"][m] = per_class.pick(g, BACKENDS)
+        f = g.cost().flops
+        picks["flops_lines"][m] = min(BACKENDS, key=lambda b: np.polyval(fit[b], f))
+        picks["most_frequent"][m] = rec["pilot_most_frequent"]
+
+    truth = {m: {b: min(t[m][b]) for b in BACKENDS} for m in models}
+    best = {m: min(truth[m], key=truth[m].get) for m in models}
+    out: dict = {"device": d.name.split("@", 1)[1], "models": len(models),
+                 "truth": "fastest of the passes of one run", "set_counts": {
+                     b: sum(1 for m in models if best[m] == b) for b in BACKENDS},
+                 "scores": {}, "predicted": predicted, "measured": truth, "picks": picks}
+    for name, p in picks.items():
+        regs = [regret(p[m], truth[m]) for m in models]
+        out["scores"][name] = {"top1": sum(p[m] == best[m] for m in models) / len(models),
+                               "mean_regret": statistics.fmean(regs),
+                               "max_regret": max(regs)}
+    # repeatability: the first pass's winner scored on the second
+    by_pass: dict[int, dict[str, dict[str, float]]] = {}
+    for r in truth_rows:
+        if r.get("ok") and r["model"] in truth:
+            by_pass.setdefault(r["pass"], {}).setdefault(r["model"], {})[r["backend"]] = \
+                r["latency_ms"]
+    if len(by_pass) >= 2:
+        p0, p1 = by_pass[0], by_pass[1]
+        both = [m for m in models if m in p0 and m in p1 and len(p0[m]) == len(p1[m]) ==
+                len(BACKENDS)]
+        w0 = {m: min(p0[m], key=p0[m].get) for m in both}
+        w1 = {m: min(p1[m], key=p1[m].get) for m in both}
+        regs = [regret(w0[m], p1[m]) for m in both]
+        out["repeatability"] = {"top1": sum(w0[m] == w1[m] for m in both) / len(both),
+                                "mean_regret": statistics.fmean(regs), "models": len(both)}
+    lines = [f"backend selection on {out['device']}, {len(models)} models, truth: "
+             f"{out['truth']}; winners {out['set_counts']}"]
+    for name, s in out["scores"].items():
+        lines.append(f"  {name:20s} top-1 {100 * s['top1']:5.1f} %  mean regret "
+                     f"{100 * s['mean_regret']:5.1f} %  max regret {100 * s['max_regret']:5.1f} %")
+    if "repeatability" in out:
+        r = out["repeatability"]
+        lines.append(f"  {'repeatability':20s} top-1 {100 * r['top1']:5.1f} %  mean regret "
+                     f"{100 * r['mean_regret']:5.1f} %  (pass 1's winner on pass 2)")
+    text = "\n".join(lines)
+    print(text)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    Path(args.json).with_suffix(".txt").write_text(text + "\n")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--backends", default=None)
-    ap.add_argument("--families", default=None)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("step", choices=["pool", "choose", "measure", "report"])
+    ap.add_argument("--device", default=None, help="device folder (default: this machine)")
+    ap.add_argument("--per-family", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--cache", default="/tmp/nnmeter-selection-models",
+                    help="where exported models are kept between steps")
     ap.add_argument("--json", default="experiments/results/backend_selection.json")
-    ap.add_argument("--reuse-measured", default=None, metavar="FILE",
-                    help="measured latencies from an earlier run's JSON (no measuring)")
     args = ap.parse_args()
-    from nnmeter import zoo
-    from nnmeter.backends import Profiler
-    from nnmeter.evaluate import kendall
-    from nnmeter.predictors import available_predictors, load_predictor
-
-    backends = args.backends.split(",") if args.backends else available_predictors()
-    fams = args.families.split(",") if args.families else [
-        f for f in zoo.FAMILY_NAMES if f != "nasbench201"]
-    graphs = {f: zoo.base_variant(f).build() for f in fams}
-    predicted = {b: {f: load_predictor(b).predict(g, check_device=False).total_ms
-                     for f, g in graphs.items()} for b in backends}
-    measured: dict[str, dict[str, float]] = {}
-    fingerprints: dict[str, str | None] = {}
-    if args.reuse_measured:
-        from nnmeter.backends import get_backend
-
-        old = json.loads(Path(args.reuse_measured).read_text())
-        stored = old.get("fingerprints", {})
-        for b in backends:
-            now = get_backend(b).device_info().fingerprint_id
-            if stored.get(b) not in (None, now):
-                raise SystemExit(f"{args.reuse_measured}: {b} was measured on fingerprint "
-                                 f"{stored[b]}, this machine is {now}; measure again")
-            fingerprints[b] = now
-            measured[b] = {r["family"]: r["measured"].get(b, float("nan"))
-                           for r in old["models"] if r["family"] in graphs}
-    else:
-        for b in backends:
-            with Profiler(b) as prof:
-                measured[b] = {}
-                fingerprints[b] = None
-                for f, g in graphs.items():
-                    m = prof.measure(g, on_error="record")
-                    measured[b][f] = m.latency_ms if m.ok else float("nan")
-                    if m.device is not None:
-                        fingerprints[b] = m.device.fingerprint_id
-    hits = within5 = 0
-    rows = []
-    for f in fams:
-        ok = [b for b in backends if measured[b].get(f, float("nan")) == measured[b].get(f)]
-        if len(ok) < 2:
-            continue
-        pb = min(ok, key=lambda b: predicted[b][f])
-        mb = min(ok, key=lambda b: measured[b][f])
-        hit = pb == mb
-        w5 = measured[pb][f] <= 1.05 * measured[mb][f]
-        hits += hit
-        within5 += w5
-        tau = kendall([predicted[b][f] for b in ok], [measured[b][f] for b in ok])
-        rows.append({"family": f, "predicted_best": pb, "measured_best": mb, "hit": hit,
-                     "within5": w5, "kendall_tau": tau,
-                     "predicted": {b: predicted[b][f] for b in ok},
-                     "measured": {b: measured[b][f] for b in ok}})
-        print(f"{f:14s} predicted {pb:13s} measured {mb:13s} "
-              f"{'hit' if hit else ('within 5%' if w5 else 'miss'):9s} tau={tau:.2f}")
-    n = len(rows)
-    print(f"\n{hits}/{n} predicted fastest = measured fastest; {within5}/{n} within 5 %")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"backends": backends, "models": rows,
-                                           "hits": hits, "within5": within5, "n": n,
-                                           "fingerprints": fingerprints,
-                                           "measured_from": args.reuse_measured or "this run"},
-                                          indent=1, default=str))
+    {"pool": pool, "choose": choose, "measure": measure, "report": report}[args.step](args)
 
 
 if __name__ == "__main__":

@@ -251,31 +251,28 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from nnmeter.predictors import available_predictors, load_predictor
+    from nnmeter.predictors import available_predictors
+    from nnmeter.selection import rank_backends, regret
 
     graph = _load(args)
     ids = [b.strip() for b in args.backends.split(",")] if args.backends else \
         available_predictors()
-    results = []
-    for b in ids:
-        rep = load_predictor(b, device=args.device).predict(graph)
-        row: dict[str, Any] = {"backend_id": b, "predicted_ms": rep.total_ms,
-                               "device": rep.device_name,
-                               "device_mismatch": rep.device_mismatch}
-        if args.measure:
-            m, row["measured_model"] = _measure(args, graph, b)
+    results = [c.as_dict() for c in rank_backends(graph, ids, device=args.device)]
+    if args.measure:
+        for row in results:
+            m, row["measured_model"] = _measure(args, graph, row["backend_id"])
             row["measured_ms"] = m.latency_ms
             row["measured_spread"] = m.spread
             row["warnings"] = m.quality_warnings()
-        results.append(row)
-    results.sort(key=lambda r: r["predicted_ms"])
     out: dict[str, Any] = {"model": graph.name, "ranking": results,
                            "predicted_best": results[0]["backend_id"] if results else None}
     if args.measure and results:
+        measured = {r["backend_id"]: r["measured_ms"] for r in results}
         best = min(results, key=lambda r: r["measured_ms"])
         out["measured_best"] = best["backend_id"]
-        pred_best = results[0]
-        out["within_5_percent"] = pred_best["measured_ms"] <= 1.05 * best["measured_ms"]
+        out["pick_right"] = out["predicted_best"] == best["backend_id"]
+        out["regret"] = regret(out["predicted_best"], measured)
+        out["within_5_percent"] = out["regret"] <= 0.05
         from nnmeter.evaluate import kendall
 
         if len(results) > 1:
@@ -284,14 +281,23 @@ def _cmd_select(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out)
         return 0
-    headers = ["rank", "backend", "predicted ms"] + (["measured ms"] if args.measure else [])
-    print_table(headers, [[i + 1, r["backend_id"], round(r["predicted_ms"], 3)] +
+    level = next((r["interval_level"] for r in results if r["interval_level"]), None)
+    headers = ["rank", "backend", "predicted ms",
+               f"{level:.0%} interval" if level else "interval", "device"] + \
+        (["measured ms"] if args.measure else [])
+
+    def span(r: dict[str, Any]) -> str:
+        iv = r["interval_ms"]
+        return f"{iv[0]:.3g}-{iv[1]:.3g}" if iv else "-"
+    print_table(headers, [[i + 1, r["backend_id"], round(r["predicted_ms"], 3), span(r),
+                           r["device"] + (" (nearest)" if r["device_mismatch"] else "")] +
                           ([round(r["measured_ms"], 3)] if args.measure else [])
                           for i, r in enumerate(results)])
     print(f"\npredicted fastest: {out['predicted_best']}")
     if args.measure:
-        print(f"measured fastest:  {out['measured_best']} (predicted choice within 5 %: "
-              f"{'yes' if out['within_5_percent'] else 'no'})")
+        print(f"measured fastest:  {out['measured_best']} (the pick is "
+              f"{'right' if out['pick_right'] else 'wrong'}; regret "
+              f"{100 * out['regret']:.1f} %)")
         for r in results:
             for w in r["warnings"]:
                 print(f"warning: {r['backend_id']} measurement: {w}", file=sys.stderr)

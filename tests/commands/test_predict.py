@@ -88,6 +88,24 @@ def test_select_backend_ranks(fake_env, capsys):
     assert {r["backend_id"] for r in out["ranking"]} == {"ort-cpu", "mnn-cpu"}
     ms = [r["predicted_ms"] for r in out["ranking"]]
     assert ms == sorted(ms) and out["predicted_best"] == out["ranking"][0]["backend_id"]
+    assert all("interval_ms" in r and "device" in r for r in out["ranking"])
+
+
+def test_select_backend_measure_scores_the_pick_and_its_regret(fake_env, capsys, monkeypatch):
+    from nnmeter.commands import predict as cmd
+
+    def fake_measure(args, graph, backend_id):  # the predicted-slower backend is faster
+        ms = {"ort-cpu": 10.0, "mnn-cpu": 10.0}
+        assert cli.main(["select-backend", str(EXAMPLE), "--json"]) == 0
+        ranking = json.loads(capsys.readouterr().out)["ranking"]
+        ms[ranking[0]["backend_id"]] = 12.0
+        return Measurement(latency_ms=ms[backend_id], median_ms=1, min_ms=1, std_ms=0,
+                           spread=0.0, rounds=1, runs=1, device=None), "file"
+    monkeypatch.setattr(cmd, "_measure", fake_measure)
+    assert cli.main(["select-backend", str(EXAMPLE), "--measure", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pick_right"] is False and out["regret"] == pytest.approx(0.2)
+    assert out["within_5_percent"] is False and out["measured_best"] != out["predicted_best"]
 
 
 @pytest.mark.skipif(not list((REPO / "datasets" / "kernels").glob("ort-cpu@*")),

@@ -1,0 +1,151 @@
+"""Choosing the fastest backend for a model (Walle-style), and the baselines to beat.
+
+:func:`rank_backends` predicts a model on every candidate backend with this device's
+predictors and ranks them. Two analytic baselines stand beside it:
+
+- **MNN's analytic cost** (:class:`AnalyticCost` with ``per_class=False``): Walle's MNN
+  chooses among backends by summing a per-op cost over the graph, on a CPU the op's
+  FLOPs over the backend's measured FLOPS. One FLOPS per backend, measured here on a
+  dense 3×3 convolution (:func:`measure_rates`).
+- **Per op class** (``per_class=True``): the same sum with one measured rate per op
+  class (dense convolution, depthwise convolution, fully connected, everything else),
+  a stronger variant of the same idea.
+
+:func:`regret` is the time lost by a pick against the measured fastest.
+
+Examples
+--------
+>>> cost = AnalyticCost({"a": {"conv": 100.0, "dwconv": 10.0, "fc": 50.0, "other": 5.0},
+...                      "b": {"conv": 50.0, "dwconv": 40.0, "fc": 50.0, "other": 20.0}})
+>>> regret("b", {"a": 2.0, "b": 2.5})
+0.25
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+__all__ = ["OP_CLASSES", "op_class", "probe_graphs", "measure_rates", "AnalyticCost",
+           "Candidate", "rank_backends", "regret"]
+
+#: the op classes of the per-class analytic cost, with the probe that measures each
+OP_CLASSES = ("conv", "dwconv", "fc", "other")
+
+
+def op_class(node: Any) -> str:
+    """The analytic cost's class of ``node``."""
+    if node.op in ("conv", "convtranspose"):
+        return "conv"
+    if node.op == "dwconv":
+        return "dwconv"
+    if node.op in ("fc", "matmul"):
+        return "fc"
+    return "other"
+
+
+def probe_graphs() -> dict[str, Any]:
+    """One single-op model per op class, sized so that each runs for about a
+    millisecond on a 2-core CPU: the models whose FLOPS the analytic cost uses."""
+    from nnmeter.ir import GraphBuilder
+
+    out = {}
+    b = GraphBuilder("probe_conv", (1, 64, 56, 56))
+    out["conv"] = b.build([b.conv(b.x, 64, kernel=3)])
+    b = GraphBuilder("probe_dwconv", (1, 256, 56, 56))
+    out["dwconv"] = b.build([b.dwconv(b.x, kernel=3)])
+    b = GraphBuilder("probe_fc", (1, 4096))
+    out["fc"] = b.build([b.fc(b.x, 4096)])
+    b = GraphBuilder("probe_other", (1, 64, 56, 56))
+    out["other"] = b.build([b.relu(b.add_(b.x, b.x))])
+    return out
+
+
+def measure_rates(backend_id: str, profiler: Any = None) -> dict[str, float]:
+    """FLOPs per millisecond of ``backend_id`` on each op class's probe (measured)."""
+    from nnmeter.backends import Profiler
+
+    own = profiler is None
+    prof = profiler or Profiler(backend_id)
+    try:
+        rates = {}
+        for cls, g in probe_graphs().items():
+            m = prof.measure(g, on_error="raise")
+            rates[cls] = g.cost().flops / m.latency_ms
+        return rates
+    finally:
+        if own:
+            prof.close()
+
+
+class AnalyticCost:
+    """Per-op analytic latency: each op's FLOPs over its backend's measured rate.
+
+    Parameters
+    ----------
+    rates : mapping
+        Backend id → {op class → FLOPs per ms} (:func:`measure_rates`).
+    per_class : bool
+        False: every op at the dense convolution's rate (MNN's single FLOPS per
+        backend); True: each op at its class's rate.
+    """
+
+    def __init__(self, rates: Mapping[str, Mapping[str, float]], *,
+                 per_class: bool = False) -> None:
+        self.rates = {b: dict(r) for b, r in rates.items()}
+        self.per_class = per_class
+
+    def predict(self, graph: Any, backend_id: str) -> float:
+        """Analytic ms of ``graph`` on ``backend_id``."""
+        from nnmeter.ir.cost import node_cost
+
+        r = self.rates[backend_id]
+        if not self.per_class:
+            return graph.cost().flops / r["conv"]
+        return sum(node_cost(n).flops / r[op_class(n)] for n in graph.nodes())
+
+    def pick(self, graph: Any, backend_ids: Sequence[str] | None = None) -> str:
+        """The backend with the lowest analytic cost."""
+        ids = list(backend_ids or self.rates)
+        return min(ids, key=lambda b: self.predict(graph, b))
+
+
+@dataclass
+class Candidate:
+    """One backend's prediction for a model."""
+
+    backend_id: str
+    predicted_ms: float
+    interval_ms: tuple[float, float] | None
+    interval_level: float | None
+    device: str
+    device_mismatch: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend_id": self.backend_id, "predicted_ms": self.predicted_ms,
+                "interval_ms": list(self.interval_ms) if self.interval_ms else None,
+                "interval_level": self.interval_level, "device": self.device,
+                "device_mismatch": self.device_mismatch}
+
+
+def rank_backends(graph: Any, backend_ids: Sequence[str], *,
+                  device: str | None = None) -> list[Candidate]:
+    """Every backend's predicted latency for ``graph``, fastest first, from the
+    predictors of ``device`` (default: this machine's, else the nearest)."""
+    from nnmeter.predictors import load_predictor
+
+    out = []
+    for b in backend_ids:
+        rep = load_predictor(b, device=device).predict(graph)
+        out.append(Candidate(b, rep.total_ms, rep.interval_ms, rep.interval_level,
+                             rep.device_name, bool(rep.device_mismatch)))
+    out.sort(key=lambda c: c.predicted_ms)
+    return out
+
+
+def regret(pick: str, measured: Mapping[str, float]) -> float:
+    """Time lost by ``pick`` against the measured fastest, as a fraction of it."""
+    ok = {b: v for b, v in measured.items() if v is not None and math.isfinite(v)}
+    best = min(ok.values())
+    return (ok[pick] - best) / best
