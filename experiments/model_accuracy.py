@@ -173,7 +173,13 @@ def report(args: argparse.Namespace) -> None:
     fams = np.array([by[n]["family"] for n in names])
     rep_pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in names if len(by[n]["lat"]) >= 2]
     sessions = {n: _sessions(by[n]["lat"], by[n]["at"]) for n in names}
-    out = {"backend": args.backend, "n_models": len(names), "families": {}}
+    device = args.device or pred.device_name
+    out = {"backend": args.backend, "device": device, "predictor_dataset":
+           pred.resolution.dataset.dataset_id if pred.resolution is not None else None,
+           "seed": args.seed,
+           "date": time.strftime("%Y-%m-%d"), "n_models": len(names), "families": {}}
+    print(f"{args.backend} on {device}, zoo seed {args.seed}, {len(names)} models, "
+          f"{out['date']}; truth: the fastest of each model's passes")
     print(f"{'family':14s} {'n':>3s} {'±5%':>6s} {'±10%':>6s} {'MAPE%':>6s} {'RMSE ms':>8s} "
           f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'MLP ±10%':>9s} {'GCN ±10%':>9s} "
           f"{'repeat ±10%':>11s} {'sessions ±10%':>13s}")
@@ -205,6 +211,21 @@ def report(args: argparse.Namespace) -> None:
     out["repeatability_pairs"] = len(rep_pairs)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    # the figures, next to the JSON: predicted against measured, and per-family bars
+    from nnmeter.plots import family_bars, predicted_vs_measured
+
+    stem = Path(args.json).with_suffix("")
+    title = f"{args.backend} on {device}, seed {args.seed}"
+    predicted_vs_measured(predicted, true, fams, f"{stem}_scatter.png", title=title)
+    methods = {"nnmeter": "predictor", "FLOPs": "flops", "FLOPs+MAC": "flops_mac",
+               "graph MLP": "graph_mlp", "GCN": "gcn", "repeatability": None}
+    bars = {}
+    for fam, row in {**out["families"], "ALL": out["overall"]}.items():
+        bars[fam] = {label: (row["repeatability_acc10"] if key is None else
+                             (row[key] or {}).get("acc10", float("nan")))
+                     for label, key in methods.items() if key is None or row.get(key)}
+    family_bars(bars, f"{stem}_families.png", title=title + ": within ±10 % per family")
+    print(f"figures: {stem}_scatter.png, {stem}_families.png")
 
 
 def main() -> None:

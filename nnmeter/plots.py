@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-__all__ = ["kernel_type_bars", "predicted_vs_measured", "sampling_curves", "sampling_points"]
+__all__ = ["kernel_type_bars", "predicted_vs_measured", "sampling_curves", "sampling_points",
+           "family_bars"]
 
 
 def _plt() -> Any:
@@ -145,4 +146,39 @@ def sampling_curves(rounds: Sequence[dict[str, Any]], path: str | os.PathLike, *
     ax.set_ylim(0, 101)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("adaptive sampling: accuracy per round", fontsize=9)
+    return _save(fig, path)
+
+
+def family_bars(scores: Mapping[str, Mapping[str, float]], path: str | os.PathLike, *,
+                title: str = "", ylabel: str = "within ±10 % (%)") -> Path:
+    """Grouped bars: per family (the outer keys), one bar per method (the inner keys,
+    e.g. nnmeter and each baseline), values as fractions in [0, 1]; a missing or NaN
+    value draws no bar."""
+    import math
+
+    import numpy as np
+
+    plt = _plt()
+    fams = list(scores)
+    if not fams:
+        raise ValueError("no families to plot")
+    methods = list(dict.fromkeys(m for f in fams for m in scores[f]))
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(fams) + 2), 4.2))
+    x = np.arange(len(fams))
+    cmap = plt.get_cmap("tab10")
+    for i, m in enumerate(methods):
+        vals = [scores[f].get(m, math.nan) for f in fams]
+        ax.bar(x + (i - (len(methods) - 1) / 2) * width,
+               [100 * v if v is not None and math.isfinite(v) else 0.0 for v in vals],
+               width, label=m, color=cmap(i % 10))
+    ax.set_xticks(x)
+    ax.set_xticklabels(fams, rotation=35, ha="right", fontsize=8)
+    ax.set_ylim(0, 125)  # the legend sits above the 100 % line
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, ncol=min(len(methods), 6), loc="upper center")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
     return _save(fig, path)

@@ -59,3 +59,11 @@ def test_the_sampling_curves_script_reads_a_committed_round_log(tmp_path):
                           "--dataset", "ort-cpu@nosuch"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode != 0 and "rounds.jsonl" in bad.stderr
+
+
+def test_family_bars_draw_every_method_and_refuse_nothing(tmp_path):
+    scores = {"resnet": {"nnmeter": 0.95, "FLOPs": 0.4}, "vgg": {"nnmeter": 1.0,
+                                                                "FLOPs": float("nan")}}
+    assert plots.family_bars(scores, tmp_path / "f.png").read_bytes()[:4] == PNG
+    with pytest.raises(ValueError, match="no families"):
+        plots.family_bars({}, tmp_path / "g.png")

@@ -93,3 +93,18 @@ def test_a_backend_no_node_offers_is_refused_with_the_fix(ray_cluster):
     with use_runner(RunnerSpec("ray", address=ray_cluster)), \
             pytest.raises(BackendUnavailableError, match="nnmeter-openvino-cpu"):
         measure("x.onnx", "openvino-cpu")
+
+
+def test_farm_commands_list_the_cluster_and_a_node_s_resources(ray_cluster, capsys):
+    import json
+
+    from nnmeter import cli
+
+    assert cli.main(["farm", "resources", "--backends", "ort-cpu,litert-cpu"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"nnmeter-ort-cpu": 1.0,
+                                                   "nnmeter-litert-cpu": 1.0}
+    assert cli.main(["farm", "devices", "--address", ray_cluster, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["backend_id"] for r in rows) == ["litert-cpu", "ort-cpu"]
+    assert cli.main(["farm", "resources", "--backends", "nope"]) == 2
+    assert "known backends" in capsys.readouterr().err
