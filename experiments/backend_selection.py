@@ -10,7 +10,8 @@ Steps write under ``datasets/models/selection@<device>/`` (one device per folder
 resume where they stopped: every measurement is appended as it is made.
 
 - **pool**: zoo variants of seed 3000 (a seed no other set uses): ``--per-family`` per
-  family (NASBench-201 cells twice as many), measured once on every backend. The models
+  family (NASBench-201 cells twice as many; none over :data:`MAX_PARAMS` parameters),
+  measured once on every backend. The models
   are exported once per format into a cache folder and measured from the files.
 - **choose**: the pilot's winner per model; models are dropped, most common winner
   first, until no backend wins more than half. The dropped models are the baselines'
@@ -23,7 +24,8 @@ resume where they stopped: every measurement is appended as it is made.
   first pass's winner scored on the second. Picks scored: nnmeter's predictors of this
   device (``nnmeter.selection.rank_backends``), MNN's analytic cost (FLOPs over one
   measured FLOPS per backend), the same per op class, per-backend FLOPs lines fitted on
-  the dropped pilot models, and "always the pilot's most frequent winner". Top-1
+  the pilot's other models (leave one out), and "always the pilot's most frequent
+  winner". Top-1
   agreement and mean regret (time lost against the measured fastest).
 """
 
@@ -36,7 +38,12 @@ import statistics
 import time
 from pathlib import Path
 
-BACKENDS = ("ort-cpu", "litert-cpu", "openvino-cpu", "mnn-cpu")
+#: every backend measured; the candidates of a selection are a subset (``--candidates``)
+BACKENDS = ("ort-cpu", "litert-cpu", "openvino-cpu", "openvino-cpu-f32", "mnn-cpu")
+#: the default candidates: the f32 backends. On a CPU with AVX512-BF16 (this one)
+#: OpenVINO's default precision is bf16, which won every pilot model by 1.2-3.3x; a user
+#: who needs f32 accuracy chooses among these
+F32 = ("ort-cpu", "litert-cpu", "openvino-cpu-f32", "mnn-cpu")
 SEED = 3000
 FAMILIES = ("nasbench201", "mobilenetv1", "mobilenetv2", "mobilenetv3", "mnasnet",
             "proxylessnas", "shufflenetv2", "squeezenet", "resnet", "googlenet", "densenet")
@@ -61,13 +68,19 @@ def _read(path: Path) -> list[dict]:
     return out
 
 
+#: pool models with more parameters are left out: the .tflite converter needs over
+#: 10 GiB for a 100 M-parameter ResNet on this 24 GiB machine
+MAX_PARAMS = 40e6
+
+
 def _pool(per_family: int) -> list:
     from nnmeter import zoo
 
     out = []
     for fam in FAMILIES:
         n = per_family * (2 if fam == "nasbench201" else 1)
-        out += list(zoo.sample_variants(fam, n, seed=SEED))
+        out += [v for v in zoo.sample_variants(fam, n, seed=SEED)
+                if v.build().cost().params <= MAX_PARAMS]
     return out
 
 
@@ -133,6 +146,15 @@ def _table(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def _candidates(args: argparse.Namespace) -> tuple[str, ...]:
+    cands = tuple(b.strip() for b in args.candidates.split(",")) if args.candidates else F32
+    unknown = [b for b in cands if b not in BACKENDS]
+    if unknown:
+        raise SystemExit(f"--candidates: {', '.join(unknown)} not measured here; the "
+                         f"measured backends are {', '.join(BACKENDS)}")
+    return cands
+
+
 def pool(args: argparse.Namespace) -> None:
     d = _dir(args.device)
     d.mkdir(parents=True, exist_ok=True)
@@ -143,12 +165,14 @@ def pool(args: argparse.Namespace) -> None:
 
 def choose(args: argparse.Namespace) -> None:
     d = _dir(args.device)
-    t = _table(_read(d / "pilot.jsonl"))
+    cands = _candidates(args)
+    t = {m: {b: v for b, v in bs.items() if b in cands}
+         for m, bs in _table(_read(d / "pilot.jsonl")).items()}
     winners = {m: min(bs, key=lambda b: min(bs[b])) for m, bs in t.items()
-               if all(b in bs for b in BACKENDS)}
+               if all(b in bs for b in cands)}
     chosen = dict(winners)
     while True:
-        counts = {b: sum(1 for w in chosen.values() if w == b) for b in BACKENDS}
+        counts = {b: sum(1 for w in chosen.values() if w == b) for b in cands}
         top = max(counts, key=counts.get)
         if counts[top] * 2 <= len(chosen):
             break
@@ -158,12 +182,12 @@ def choose(args: argparse.Namespace) -> None:
             return lat[1] / lat[0]
         drop = min((m for m, w in chosen.items() if w == top), key=margin)
         del chosen[drop]
-    rec = {"chosen": sorted(chosen), "dropped": sorted(set(winners) - set(chosen)),
-           "pilot_winners": winners,
-           "pilot_most_frequent": max(BACKENDS, key=lambda b: sum(
+    rec = {"candidates": list(cands), "chosen": sorted(chosen),
+           "dropped": sorted(set(winners) - set(chosen)), "pilot_winners": winners,
+           "pilot_most_frequent": max(cands, key=lambda b: sum(
                1 for w in winners.values() if w == b)),
-           "pilot_counts": {b: sum(1 for w in winners.values() if w == b) for b in BACKENDS},
-           "set_counts": {b: sum(1 for w in chosen.values() if w == b) for b in BACKENDS},
+           "pilot_counts": {b: sum(1 for w in winners.values() if w == b) for b in cands},
+           "set_counts": {b: sum(1 for w in chosen.values() if w == b) for b in cands},
            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (d / "set.json").write_text(json.dumps(rec, indent=1))
     print(f"pilot winners {rec['pilot_counts']}; set of {len(chosen)}: {rec['set_counts']}")
@@ -199,21 +223,23 @@ def report(args: argparse.Namespace) -> None:
 
     d = _dir(args.device)
     rec = json.loads((d / "set.json").read_text())
+    cands = tuple(rec["candidates"])
     truth_rows = _read(d / "truth.jsonl")
-    t = _table(truth_rows)
-    models = [m for m in rec["chosen"] if m in t and all(b in t[m] for b in BACKENDS)]
+    full = _table(truth_rows)
+    t = {m: {b: v for b, v in bs.items() if b in cands} for m, bs in full.items()}
+    models = [m for m in rec["chosen"] if m in t and all(b in t[m] for b in cands)]
     rates = json.loads((d / "rates.json").read_text())["rates_flops_per_ms"]
     graphs = {m: zoo.get_variant(m).build() for m in models}
-    pilot = _table(_read(d / "pilot.jsonl"))
+    pilot = {m: {b: v for b, v in bs.items() if b in cands}
+             for m, bs in _table(_read(d / "pilot.jsonl")).items()}
 
-    # FLOPs lines per backend, fitted on the dropped pilot models
-    fit = {}
-    train = [m for m in rec["dropped"] if m in pilot]
-    flops_of = {m: zoo.get_variant(m).build().cost().flops for m in train}
-    for b in BACKENDS:
-        xs = np.array([flops_of[m] for m in train if b in pilot[m]], dtype=float)
-        ys = np.array([min(pilot[m][b]) for m in train if b in pilot[m]])
-        fit[b] = np.polyfit(xs, ys, 1) if len(xs) >= 2 else np.array([0.0, math.nan])
+    # FLOPs lines per backend, fitted on the pilot's other models (the model itself left
+    # out: the set is the pilot's models, measured afresh)
+    pool_flops = {m: zoo.get_variant(m).build().cost().flops for m in pilot}
+
+    def flops_line(b: str, leave_out: str) -> np.ndarray:
+        ms = [m for m in pilot if m != leave_out and b in pilot[m]]
+        return np.polyfit([float(pool_flops[m]) for m in ms], [min(pilot[m][b]) for m in ms], 1)
 
     mnn = AnalyticCost(rates, per_class=False)
     per_class = AnalyticCost(rates, per_class=True)
@@ -221,20 +247,25 @@ def report(args: argparse.Namespace) -> None:
         "nnmeter", "mnn_analytic", "analytic_per_class", "flops_lines", "most_frequent")}
     predicted: dict[str, dict] = {}
     for m, g in graphs.items():
-        ranked = rank_backends(g, BACKENDS)
+        ranked = rank_backends(g, cands)
         predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
         picks["nnmeter"][m] = ranked[0].backend_id
-        picks["mnn_analytic"][m] = mnn.pick(g, BACKENDS)
-        picks["analytic_per_class"][m] = per_class.pick(g, BACKENDS)
+        picks["mnn_analytic"][m] = mnn.pick(g, cands)
+        picks["analytic_per_class"][m] = per_class.pick(g, cands)
         f = g.cost().flops
-        picks["flops_lines"][m] = min(BACKENDS, key=lambda b: np.polyval(fit[b], f))
+        picks["flops_lines"][m] = min(cands, key=lambda b: np.polyval(flops_line(b, m), f))
         picks["most_frequent"][m] = rec["pilot_most_frequent"]
 
-    truth = {m: {b: min(t[m][b]) for b in BACKENDS} for m in models}
+    truth = {m: {b: min(t[m][b]) for b in cands} for m in models}
     best = {m: min(truth[m], key=truth[m].get) for m in models}
+    others = [b for b in BACKENDS if b not in cands]
+    beaten = {b: sum(1 for m in models if b in full[m] and
+                     min(full[m][b]) < min(truth[m].values())) for b in others}
     out: dict = {"device": d.name.split("@", 1)[1], "models": len(models),
+                 "candidates": list(cands), "other_backends_faster_than_every_candidate":
+                 beaten,
                  "truth": "fastest of the passes of one run", "set_counts": {
-                     b: sum(1 for m in models if best[m] == b) for b in BACKENDS},
+                     b: sum(1 for m in models if best[m] == b) for b in cands},
                  "scores": {}, "predicted": predicted, "measured": truth, "picks": picks}
     for name, p in picks.items():
         regs = [regret(p[m], truth[m]) for m in models]
@@ -250,14 +281,17 @@ def report(args: argparse.Namespace) -> None:
     if len(by_pass) >= 2:
         p0, p1 = by_pass[0], by_pass[1]
         both = [m for m in models if m in p0 and m in p1 and len(p0[m]) == len(p1[m]) ==
-                len(BACKENDS)]
+                len(cands)]
         w0 = {m: min(p0[m], key=p0[m].get) for m in both}
         w1 = {m: min(p1[m], key=p1[m].get) for m in both}
         regs = [regret(w0[m], p1[m]) for m in both]
         out["repeatability"] = {"top1": sum(w0[m] == w1[m] for m in both) / len(both),
                                 "mean_regret": statistics.fmean(regs), "models": len(both)}
-    lines = [f"backend selection on {out['device']}, {len(models)} models, truth: "
-             f"{out['truth']}; winners {out['set_counts']}"]
+    lines = [f"backend selection on {out['device']} among {', '.join(cands)}: "
+             f"{len(models)} models, truth: {out['truth']}; winners {out['set_counts']}"]
+    for b, n in beaten.items():
+        lines.append(f"  ({b}, not a candidate, beat every candidate on {n} of "
+                     f"{len(models)})")
     for name, s in out["scores"].items():
         lines.append(f"  {name:20s} top-1 {100 * s['top1']:5.1f} %  mean regret "
                      f"{100 * s['mean_regret']:5.1f} %  max regret {100 * s['max_regret']:5.1f} %")
@@ -278,6 +312,9 @@ def main() -> None:
     ap.add_argument("step", choices=["pool", "choose", "measure", "report"])
     ap.add_argument("--device", default=None, help="device folder (default: this machine)")
     ap.add_argument("--per-family", type=int, default=3)
+    ap.add_argument("--candidates", default=None, metavar="B1,B2",
+                    help="the backends to choose among (default: the f32 ones, "
+                         + ",".join(F32) + ")")
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--cache", default="/tmp/nnmeter-selection-models",
                     help="where exported models are kept between steps")

@@ -1,7 +1,8 @@
 """Real inference backends and the measurement protocol.
 
 A backend id names one runtime with its settings: ``ort-cpu``, ``litert-cpu``,
-``litert-cpu-ref``, ``openvino-cpu``, ``mnn-cpu``; a suffix ``-tN`` selects N threads
+``litert-cpu-ref``, ``openvino-cpu`` (``openvino-cpu-f32`` held to f32), ``mnn-cpu``; a
+suffix ``-tN`` selects N threads
 (``ort-cpu-t4``). Third parties add backends through the ``nnmeter.backends``
 entry-point group: the entry point names a :class:`Backend` subclass, called as
 ``cls(threads=N)``.
@@ -33,7 +34,7 @@ from nnmeter.backends.base import (
 )
 from nnmeter.backends.litert import LiteRtBackend, LiteRtRefBackend
 from nnmeter.backends.mnn import MnnCpuBackend
-from nnmeter.backends.openvino import OpenVinoCpuBackend
+from nnmeter.backends.openvino import OpenVinoCpuBackend, OpenVinoCpuF32Backend
 from nnmeter.backends.ort import OrtCpuBackend
 from nnmeter.backends.profiler import Profiler
 from nnmeter.backends.protocol import Job, ProtocolSettings
@@ -47,7 +48,8 @@ __all__ = [
 
 #: backend classes by base id; ``get_backend`` adds the thread suffix
 BACKENDS: Registry[type[Backend]] = Registry("backends", entry_point_group="nnmeter.backends")
-for _cls in (OrtCpuBackend, LiteRtBackend, LiteRtRefBackend, OpenVinoCpuBackend, MnnCpuBackend):
+for _cls in (OrtCpuBackend, LiteRtBackend, LiteRtRefBackend, OpenVinoCpuBackend,
+             OpenVinoCpuF32Backend, MnnCpuBackend):
     BACKENDS.register(_cls.base_id, _cls)
 del _cls
 

@@ -467,6 +467,9 @@ class Backend:
     """
 
     base_id: str = ""
+    #: a backend whose fusion rules this one shares when it has none of its own (the
+    #: same runtime under another setting, e.g. a precision); None: its own only
+    rules_base_id: str | None = None
     runtime: str = ""
     model_format: str = "onnx"
     #: python module whose import tells whether the runtime is installed

@@ -191,3 +191,16 @@ class OpenVinoCpuBackend(Backend):
                                     detail=exec_types.get(name, "")))
         prepared.close()
         return out
+
+
+class OpenVinoCpuF32Backend(OpenVinoCpuBackend):
+    """OpenVINO CPU plugin held to f32 (``INFERENCE_PRECISION_HINT=f32``): on a CPU with
+    AVX512-BF16 or AMX the plugin's default runs bf16, which a user who needs f32
+    accuracy turns off. Another device setting, so another backend id; its fusion rules
+    are ``openvino-cpu``'s (the same plugin fuses the same patterns)."""
+
+    base_id = "openvino-cpu-f32"
+    rules_base_id = "openvino-cpu"
+
+    def _config(self, *, perf_count: bool = False) -> dict[str, str]:
+        return {**super()._config(perf_count=perf_count), "INFERENCE_PRECISION_HINT": "f32"}

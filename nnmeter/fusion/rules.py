@@ -343,11 +343,24 @@ def rules_path(backend_id: str) -> Path:
     return rules_dir() / f"{backend_id}.json"
 
 
+def _shared_rules_id(backend_id: str) -> str | None:
+    """The backend whose rules ``backend_id`` shares (``Backend.rules_base_id``)."""
+    from nnmeter.errors import UnknownNameError
+
+    try:
+        from nnmeter.backends import get_backend
+
+        return get_backend(backend_id).rules_base_id
+    except UnknownNameError:
+        return None
+
+
 def load_rules(backend_id_or_path: str | os.PathLike) -> FusionRules:
     """Load and validate fusion rules by backend id (``ort-cpu``) or file path.
 
     A thread-suffixed id (``ort-cpu-t4``) falls back to the base id's rules when it has
-    none of its own.
+    none of its own, and a backend that shares another's (``openvino-cpu-f32``:
+    ``Backend.rules_base_id``) to that one's.
 
     Raises
     ------
@@ -363,6 +376,11 @@ def load_rules(backend_id_or_path: str | os.PathLike) -> FusionRules:
         if base != s and rules_path(base).exists():
             logger.info("no fusion rules for %s; using those of %s", s, base)
             return FusionRules.from_json(rules_path(base))
+        shared = _shared_rules_id(base)
+        if shared is not None and rules_path(shared).exists():
+            logger.info("no fusion rules for %s; using those of %s (the same runtime)", s,
+                        shared)
+            return FusionRules.from_json(rules_path(shared))
         known = sorted(p.stem for p in rules_dir().glob("*.json"))
         raise FusionRulesError(
             f"no fusion rules for backend {s!r} (looked for {path}); detected rules exist "

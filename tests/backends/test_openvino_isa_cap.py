@@ -25,3 +25,16 @@ def test_the_cap_is_part_of_the_settings_and_forces_f32(monkeypatch):
     assert cfg["INFERENCE_PRECISION_HINT"] == "f32"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert "INFERENCE_PRECISION_HINT" not in b._config()
+
+
+def test_the_f32_backend_is_another_id_held_to_f32_with_openvino_s_rules(monkeypatch):
+    from nnmeter.backends import get_backend
+    from nnmeter.fusion.rules import load_rules, rules_path
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    b = get_backend("openvino-cpu-f32-t2")
+    assert (b.id, b.threads, b.runtime) == ("openvino-cpu-f32-t2", 2, "openvino")
+    assert b._config()["INFERENCE_PRECISION_HINT"] == "f32"
+    assert b._config(perf_count=True)["PERF_COUNT"] == "YES"
+    if rules_path("openvino-cpu").exists():
+        assert load_rules("openvino-cpu-f32") == load_rules("openvino-cpu")
