@@ -272,10 +272,20 @@ def report(args: argparse.Namespace) -> None:
         out["scores"][name] = {"top1": sum(p[m] == best[m] for m in models) / len(models),
                                "mean_regret": statistics.fmean(regs),
                                "max_regret": max(regs)}
+    # each candidate's predictor on the set (the picks need the ratios between backends
+    # right, not the level, but a level far off says which predictor to distrust)
+    out["predictor_accuracy"] = {}
+    for b in cands:
+        ratio = [predicted[m][b]["predicted_ms"] / truth[m][b] for m in models]
+        out["predictor_accuracy"][b] = {
+            "within_10": sum(abs(r - 1) <= 0.10 for r in ratio) / len(ratio),
+            "mape": 100 * statistics.fmean(abs(r - 1) for r in ratio),
+            "median_ratio": statistics.median(ratio),
+            "device": next(iter(predicted.values()))[b]["device"]}
     # repeatability: the first pass's winner scored on the second
     by_pass: dict[int, dict[str, dict[str, float]]] = {}
     for r in truth_rows:
-        if r.get("ok") and r["model"] in truth:
+        if r.get("ok") and r["model"] in truth and r["backend"] in cands:
             by_pass.setdefault(r["pass"], {}).setdefault(r["model"], {})[r["backend"]] = \
                 r["latency_ms"]
     if len(by_pass) >= 2:
@@ -299,6 +309,10 @@ def report(args: argparse.Namespace) -> None:
         r = out["repeatability"]
         lines.append(f"  {'repeatability':20s} top-1 {100 * r['top1']:5.1f} %  mean regret "
                      f"{100 * r['mean_regret']:5.1f} %  (pass 1's winner on pass 2)")
+    for b, a in out["predictor_accuracy"].items():
+        lines.append(f"  predictor {b} ({a['device']}): {100 * a['within_10']:.1f} % within "
+                     f"±10 %, MAPE {a['mape']:.1f} %, median predicted/measured "
+                     f"{a['median_ratio']:.3f}")
     text = "\n".join(lines)
     print(text)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
