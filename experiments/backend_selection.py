@@ -57,15 +57,9 @@ def _dir(device: str | None) -> Path:
 
 
 def _read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line of an interrupted run
-    return out
+    from nnmeter.predictors.dataset import read_jsonl
+
+    return list(read_jsonl(path))
 
 
 #: pool models with more parameters are left out: the .tflite converter needs over

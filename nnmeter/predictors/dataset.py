@@ -32,7 +32,7 @@ from typing import Any
 
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
-__all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration",
+__all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration", "read_jsonl",
            "write_calibration"]
 
 logger = logging.getLogger(__name__)
@@ -263,7 +263,10 @@ def _append_line(path: Path, line: str, *, sync: bool = False) -> None:
             os.fsync(fh.fileno())
 
 
-def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+def read_jsonl(path: str | os.PathLike) -> Iterable[dict[str, Any]]:
+    """The rows (JSON objects) of an append-only JSON-lines file, in order; none if it
+    does not exist. Fragments of interrupted writes are set aside with a warning."""
+    path = Path(path)
     if not path.exists():
         return
     with open(path, encoding="utf-8") as fh:
@@ -326,3 +329,6 @@ def read_calibration(dataset: Any, name: str, *, remedy: str) -> dict[str, Any] 
             f"dataset was measured on {dataset.fingerprint_id!r}; {remedy} on the dataset's "
             f"device or delete {path.name}")
     return record
+
+
+_read_jsonl = read_jsonl  # the name the dataset readers use
