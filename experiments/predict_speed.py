@@ -109,6 +109,7 @@ def main() -> None:
     # side by side: both paths over the same fresh distinct cells, memos emptied
     def empty_memos() -> None:
         pred._segments = None
+        pred._totals = None
         pred._partition_cache.clear()
 
     rates: dict[bool, list[float]] = {True: [], False: []}

@@ -195,6 +195,46 @@ class LatencyReport:
                 "warnings": list(self.warnings)}
 
 
+class _StructureMemo:
+    """Values per graph *structure*: a graph matches an entry when every node and output
+    is equal. Buckets are keyed by the node names (their hashes are cached by Python,
+    unlike those of the nodes); bounded (:attr:`limit` buckets, :attr:`per_bucket`
+    graphs of one set of names, e.g. other widths)."""
+
+    limit = 4096
+    per_bucket = 16
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, ...], list[tuple[Any, Any]]] = {}
+
+    @staticmethod
+    def _key(graph: Any) -> tuple[tuple[str, ...], Any]:
+        nodes = graph.nx._node
+        return tuple(nodes), (tuple([d["node"] for d in nodes.values()]), tuple(graph.outputs))
+
+    def get(self, graph: Any) -> tuple[Any, Any]:
+        """(value or None, the key to :meth:`put` it under)."""
+        key = self._key(graph)
+        for seen, value in self._buckets.get(key[0], ()):
+            try:
+                if seen == key[1]:
+                    return value, key
+            except (TypeError, ValueError):  # attributes that do not compare
+                continue
+        return None, key
+
+    def put(self, key: tuple[tuple[str, ...], Any], value: Any) -> None:
+        if len(self._buckets) > self.limit:
+            self._buckets.clear()
+        entries = self._buckets.setdefault(key[0], [])
+        if len(entries) >= self.per_bucket:
+            del entries[0]
+        entries.append((key[1], value))
+
+    def clear(self) -> None:
+        self._buckets.clear()
+
+
 class _Batch:
     """The estimator work of one prediction batch: per estimator key, the distinct
     kernel rows (feature-cache entries) and their predicted times; ``memo`` holds what
@@ -252,7 +292,10 @@ class LatencyPredictor:
         #: (estimator key, id of a feature-cache entry) -> (that entry, predicted ms)
         self._pred_cache: dict[tuple[str, int], tuple[Any, float]] = {}
         # node names -> [((nodes, outputs), kernels)]
-        self._partition_cache: dict[tuple[str, ...], list[tuple[Any, list[Any]]]] = {}
+        self._partition_cache = _StructureMemo()
+        # predict_many's totals per graph structure, for the composition they were made
+        # with (a repeated graph in a NAS loop costs one lookup)
+        self._totals: tuple[Any, _StructureMemo] | None = None
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
         #: kernel type -> the type whose regressor predicts it (regressor_type)
         self._alias: dict[str, str] = {}
@@ -374,29 +417,13 @@ class LatencyPredictor:
         structure, so re-predicting a graph in a NAS loop skips partitioning)."""
         from nnmeter.partition import partition
 
-        nodes = graph.nx._node
-        # Buckets are keyed by the node names (their hashes are cached by Python, unlike
-        # those of the nodes); a graph matches an entry only when every node and output
-        # is equal.
-        bucket = tuple(nodes)
-        sig = (tuple([d["node"] for d in nodes.values()]), tuple(graph.outputs))
-        entries = self._partition_cache.get(bucket)
-        if entries:
-            for seen, kernels in entries:
-                try:
-                    if seen == sig:
-                        return kernels
-                except (TypeError, ValueError):  # attributes that do not compare
-                    continue
+        kernels, key = self._partition_cache.get(graph)
+        if kernels is not None:
+            return kernels
         kernels = partition(graph, self.rules)
         if self.grouped:
             kernels = _grouped_types(kernels)
-        if len(self._partition_cache) > 4096:
-            self._partition_cache.clear()
-        entries = self._partition_cache.setdefault(bucket, [])
-        if len(entries) >= 16:  # many graphs with these names (e.g. other widths)
-            del entries[0]
-        entries.append((sig, kernels))
+        self._partition_cache.put(key, kernels)
         return kernels
 
     def _estimate(self, kernels_per_graph: Sequence[Sequence[Any]]) -> tuple[_Batch, list[list[tuple[Any, ...]]]]:
@@ -623,18 +650,37 @@ class LatencyPredictor:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            seg = self._segment_totals()
-            if seg is not None:
-                got = seg.totals(graphs)
-                rest = [i for i, t in enumerate(got) if t is None]
-                if rest:
-                    for i, t in zip(rest, self._predict_whole([graphs[i] for i in rest])):
-                        got[i] = t
-                return got  # type: ignore[return-value]
-            return self._predict_whole(graphs)
+            if self._totals is None or self._totals[0] is not self.composition:
+                self._totals = (self.composition, _StructureMemo())
+            memo = self._totals[1]
+            out: list[float | None] = []
+            keys = []
+            for g in graphs:
+                total, key = memo.get(g) if isinstance(g, ModelGraph) else (None, None)
+                out.append(total)
+                keys.append(key)
+            todo = [i for i, t in enumerate(out) if t is None]
+            if todo:
+                for i, t in zip(todo, self._predict_new([graphs[i] for i in todo])):
+                    out[i] = t
+                    if keys[i] is not None:
+                        memo.put(keys[i], t)
+            return out  # type: ignore[return-value]
         finally:
             if collecting:
                 gc.enable()
+
+    def _predict_new(self, graphs: Sequence[Any]) -> list[float]:
+        """:meth:`predict_many` for graphs not in its memo (the collector paused)."""
+        seg = self._segment_totals()
+        if seg is not None:
+            got = seg.totals(list(graphs))
+            rest = [i for i, t in enumerate(got) if t is None]
+            if rest:
+                for i, t in zip(rest, self._predict_whole([graphs[i] for i in rest])):
+                    got[i] = t
+            return got  # type: ignore[return-value]
+        return self._predict_whole(graphs)
 
     def _predict_whole(self, graphs: Sequence[Any]) -> list[float]:
         """:meth:`predict_many` over whole models (the collector already paused)."""

@@ -25,11 +25,14 @@ def pred():
 
 
 def _whole(pred, graphs):
+    """The whole-model path's totals, computed afresh (not from the totals memo)."""
     pred.use_segments = False
+    pred._totals = None
     try:
         return pred.predict_many(graphs)
     finally:
         pred.use_segments = True
+        pred._totals = None
 
 
 def _graphs():
@@ -45,11 +48,15 @@ def test_segments_equal_whole_models_and_predict(pred):
     assert SegmentTotals.supports(pred.composition)
     graphs = _graphs()
     pred._segments = None  # a fresh memo
+    pred._totals = None
     seg = pred.predict_many(graphs)
     assert pred._segments[1] is not None and pred._segments[1].parts  # it was used
     assert seg == _whole(pred, graphs)
+    pred._totals = None
     again = pred.predict_many(graphs[::-1])[::-1]  # every segment from the memo
     assert again == seg
+    # a repeated graph comes from the totals memo, equal to the last bit
+    assert pred.predict_many(graphs) == seg and pred._totals is not None
     # a sample against predict() (each graph alone)
     for g, total in list(zip(graphs, seg))[::7]:
         assert total == pred.predict(g, check_device=False).total_ms
@@ -62,6 +69,7 @@ def test_a_full_memo_is_cleared_and_the_figures_stay(pred, monkeypatch):
     want = _whole(pred, graphs)
     monkeypatch.setattr(segments, "LIMIT", 10)
     pred._segments = None
+    pred._totals = None
     assert pred.predict_many(graphs) == want
     assert len(pred._segments[1].parts) <= 10 + 40  # cleared between graphs
 
@@ -92,3 +100,19 @@ def test_graphs_the_backend_rewrites_take_the_whole_model_path(pred):
     pred._segments = None
     assert pred._segment_totals()._plan(g) is None
     assert pred.predict_many([g]) == [pred.predict(g, check_device=False).total_ms]
+
+
+def test_the_totals_memo_follows_the_composition(pred):
+    graphs = [v.build() for v in zoo.sample_variants("nasbench201", 5, seed=21)]
+    pred._totals = None
+    first = pred.predict_many(graphs)
+    rebuilt = [v.build() for v in zoo.sample_variants("nasbench201", 5, seed=21)]
+    assert pred.predict_many(rebuilt) == first  # equal graphs, other objects: memo hits
+    memo = pred._totals
+    old = pred.composition
+    try:
+        pred.composition = type(old)(list(old.terms))  # another composition object
+        assert pred.predict_many(graphs) == first
+        assert pred._totals is not memo  # a new memo for it
+    finally:
+        pred.composition = old
