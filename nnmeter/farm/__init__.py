@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -82,6 +83,9 @@ class RunnerSpec:
         adb: the adb executable.
     benchmark_binary : str
         adb: LiteRT's ``benchmark_model`` on the phone.
+    push_benchmark : str, optional
+        adb: a local ``benchmark_model`` (built for the phone's ABI) to push to
+        ``benchmark_binary`` first; None: it is there already.
     """
 
     kind: str = "local"
@@ -96,6 +100,7 @@ class RunnerSpec:
     serial: str | None = None
     adb: str = "adb"
     benchmark_binary: str = "/data/local/tmp/benchmark_model"
+    push_benchmark: str | None = None
 
     def __post_init__(self) -> None:
         from nnmeter.errors import SettingsError
@@ -105,6 +110,9 @@ class RunnerSpec:
                                 f"{', '.join(RUNNER_KINDS)}")
         if self.kind == "ssh" and not self.host:
             raise SettingsError("the ssh runner needs a host: --host [USER@]HOST")
+        if self.push_benchmark is not None and not os.path.isfile(self.push_benchmark):
+            raise SettingsError(f"--push-benchmark {self.push_benchmark}: no such file (a "
+                                f"benchmark_model built for the phone)")
         if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
             raise SettingsError(f"--port must be a TCP port number, got {self.port!r}")
         object.__setattr__(self, "ssh_options", tuple(self.ssh_options))
@@ -210,6 +218,8 @@ def add_runner_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
                    help="ssh: an extra -o option (repeatable)")
     g.add_argument("--serial", default=None, help="adb: the device serial")
+    g.add_argument("--push-benchmark", default=None, metavar="FILE",
+                   help="adb: push this benchmark_model (built for the phone) first")
 
 
 def runner_from_args(args: argparse.Namespace) -> RunnerSpec | None:
@@ -226,11 +236,11 @@ def runner_from_args(args: argparse.Namespace) -> RunnerSpec | None:
     given = {name: getattr(args, attr, None) for name, attr in (
         ("--address", "address"), ("--node", "node"), ("--host", "host"),
         ("--port", "port"), ("--identity", "identity"), ("--remote-python", "remote_python"),
-        ("--serial", "serial"))}
+        ("--serial", "serial"), ("--push-benchmark", "push_benchmark"))}
     given["--ssh-option"] = getattr(args, "ssh_option", None) or None
     owner = {"--address": "ray", "--node": "ray", "--host": "ssh", "--port": "ssh",
              "--identity": "ssh", "--remote-python": "ssh", "--ssh-option": "ssh",
-             "--serial": "adb"}
+             "--serial": "adb", "--push-benchmark": "adb"}
     for opt, value in given.items():
         if value is not None and owner[opt] != kind:
             raise SettingsError(f"{opt} is an option of --runner {owner[opt]}, not of "
@@ -241,4 +251,4 @@ def runner_from_args(args: argparse.Namespace) -> RunnerSpec | None:
                       host=given["--host"], port=given["--port"],
                       identity=given["--identity"], python=given["--remote-python"],
                       ssh_options=tuple(getattr(args, "ssh_option", None) or ()),
-                      serial=given["--serial"])
+                      serial=given["--serial"], push_benchmark=given["--push-benchmark"])

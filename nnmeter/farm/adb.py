@@ -1,10 +1,10 @@
 """The adb runner: LiteRT models timed on an Android phone with LiteRT's own
 ``benchmark_model`` tool, over adb.
 
-Push the tool to the phone once (``adb push benchmark_model /data/local/tmp/`` and
-``adb shell chmod +x /data/local/tmp/benchmark_model``); then every job pushes its
-``.tflite`` into ``/data/local/tmp/nnmeter/``, runs the tool once per round, parses
-its timings and deletes the model. :meth:`AdbProfiler.profile` runs it with
+The tool must be on the phone: push it once yourself, or give ``push_benchmark``
+(``--push-benchmark FILE``) and the runner pushes it when it starts. Then every job
+pushes its ``.tflite`` into ``/data/local/tmp/nnmeter/``, runs the tool once per
+round, parses its timings and deletes the model. :meth:`AdbProfiler.profile` runs it with
 ``--enable_op_profiling=true`` and reads the per-op table.
 
 The tool reports per round only its mean, minimum and spread of the run times, not each
@@ -188,6 +188,9 @@ class AdbProfiler(RemoteProfiler):
     def start(self) -> AdbProfiler:
         if self._started:
             return self
+        if self.spec.push_benchmark:
+            self._adb("push", str(self.spec.push_benchmark), self.spec.benchmark_binary)
+            self._adb("shell", "chmod", "755", self.spec.benchmark_binary)
         info = parse_cpuinfo(self._adb("shell", "cat", "/proc/cpuinfo"))
         props = {k: self._adb("shell", "getprop", k).strip() for k in (
             "ro.product.model", "ro.soc.model", "ro.build.fingerprint")}

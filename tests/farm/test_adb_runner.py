@@ -174,3 +174,18 @@ def test_parsers_on_their_own():
     assert cmd[3] == "'--graph=/data/local/tmp/nnmeter/a b.tflite'"  # quoted for the shell
     assert cmd[-1] == "--enable_op_profiling=true"
     assert os.path.basename(cmd[2]) == "benchmark_model"
+
+
+def test_the_tool_is_pushed_first_when_asked(fake_adb, tmp_path):
+    spec, calls = fake_adb
+    tool = tmp_path / "benchmark_model"
+    tool.write_bytes(b"\x7fELF stand-in")
+    spec = RunnerSpec("adb", serial="PHONE1", adb=spec.adb, push_benchmark=str(tool))
+    AdbProfiler("litert-cpu", spec=spec).start()
+    log = calls()
+    assert log[0] == ["-s", "PHONE1", "push", str(tool), "/data/local/tmp/benchmark_model"]
+    assert log[1] == ["-s", "PHONE1", "shell", "chmod", "755", "/data/local/tmp/benchmark_model"]
+    from nnmeter.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="no such file"):
+        RunnerSpec("adb", push_benchmark=str(tmp_path / "missing"))
