@@ -58,6 +58,8 @@ START_TIMEOUT_S = 300.0
 NAMESPACE = "nnmeter"
 
 _actors: dict[tuple[str, str], Any] = {}
+#: the address this process joined (None: not yet)
+_connected_to: str | None = None
 _actors_lock = threading.Lock()
 
 
@@ -99,18 +101,56 @@ def _ray() -> Any:
 def connect(address: str | None = None) -> Any:
     """Connect this process to Ray (once): to the cluster at ``address``, or, without
     one, a Ray instance started here that offers every registered backend."""
+    global _connected_to
     ray = _ray()
     if ray.is_initialized():
+        if address and _connected_to is not None and address != _connected_to:
+            from nnmeter.errors import SettingsError
+
+            raise SettingsError(f"this process is joined to the Ray cluster at "
+                                f"{_connected_to}; one process measures through one "
+                                f"cluster (asked for {address})")
         return ray
     kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                           "log_to_driver": False, "namespace": NAMESPACE}
     if address:
-        ray.init(address=address, **kw)
+        _check_reachable(address)
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError, TimeoutError) as err:
+            from nnmeter.errors import BackendUnavailableError
+
+            raise BackendUnavailableError(
+                f"could not join the Ray cluster at {address}: {err} (start it with "
+                f"`ray start --head`; --address takes HEAD:6379)") from err
     else:
         from nnmeter.backends import BACKENDS
 
         ray.init(resources=node_resources(BACKENDS.names()), **kw)
+    _connected_to = address or "local"
     return ray
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, with the fix, when nothing listens at a ``HOST:PORT`` address (Ray
+    itself waits minutes); ``ray://`` and ``auto`` addresses are left to Ray."""
+    import socket
+
+    from nnmeter.errors import BackendUnavailableError, SettingsError
+
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SettingsError(f"--address {address!r}: give the head's HOST:PORT "
+                            f"(e.g. 10.0.0.5:6379) or ray://HOST:10001")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise BackendUnavailableError(
+            f"no Ray cluster answers at {address} ({err}); start its head with `ray start "
+            f"--head --resources \"$(nnmeter farm resources)\"` or check --address") from err
 
 
 def farm_devices(address: str | None = None) -> list[dict[str, Any]]:
@@ -146,6 +186,7 @@ def local_farm(nodes: Sequence[Sequence[str]] = (("ort-cpu",), ("litert-cpu",))
     offers no backend and one worker node per entry of ``nodes``, offering those
     backends. Yields the cluster's address; shuts it down (and this process's Ray
     connection) at the end."""
+    global _connected_to
     import tempfile
 
     _ray()
@@ -165,6 +206,7 @@ def local_farm(nodes: Sequence[Sequence[str]] = (("ort-cpu",), ("litert-cpu",))
         import ray
 
         ray.shutdown()
+        _connected_to = None
         cluster.shutdown()
 
 
@@ -327,11 +369,13 @@ class RayProfiler(RemoteProfiler):
     def start(self) -> RayProfiler:
         if self.device is None:
             from nnmeter.backends.base import DeviceInfo
-            from nnmeter.errors import BackendUnavailableError
+            from nnmeter.errors import BackendUnavailableError, NNMeterError
 
             ray = _ray()
             try:
                 hello = ray.get(self._actor().hello.remote(self.core), timeout=START_TIMEOUT_S)
+            except NNMeterError:  # says what to do already (no cluster, no such node)
+                raise
             except Exception as err:
                 raise BackendUnavailableError(
                     f"the Ray actor of {self.backend_id} ({self.spec.describe()}) did not "

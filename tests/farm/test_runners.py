@@ -73,3 +73,19 @@ def test_a_remote_device_names_its_own_dataset(tmp_path):
     phone = DeviceInfo("Tensor G3", 8, "litert-benchmark_model", "0123456789ab",
                        {"threads": 1}, "aarch64", name="tensor-g3-8c")
     assert default_dataset_id("litert-cpu", tmp_path, device=phone) == "litert-cpu@tensor-g3-8c"
+
+
+def test_a_ray_address_nobody_answers_fails_fast_with_the_fix():
+    import socket
+
+    from nnmeter.errors import BackendUnavailableError
+    from nnmeter.farm.ray_runner import _check_reachable
+
+    with socket.socket() as s:  # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(BackendUnavailableError, match="ray start --head"):
+        _check_reachable(f"127.0.0.1:{port}", timeout_s=2)
+    with pytest.raises(SettingsError, match="HOST:PORT"):
+        _check_reachable("no-port")
+    _check_reachable("ray://head:10001")  # left to Ray
