@@ -229,7 +229,8 @@ def report(args: argparse.Namespace) -> None:
 
     # FLOPs lines per backend, fitted on the pilot's other models (the model itself left
     # out: the set is the pilot's models, measured afresh)
-    pool_flops = {m: zoo.get_variant(m).build().cost().flops for m in pilot}
+    pool_flops = {m: (graphs[m] if m in graphs else zoo.get_variant(m).build()).cost().flops
+                  for m in pilot}
 
     def flops_line(b: str, leave_out: str) -> np.ndarray:
         ms = [m for m in pilot if m != leave_out and b in pilot[m]]
@@ -246,8 +247,8 @@ def report(args: argparse.Namespace) -> None:
         picks["nnmeter"][m] = ranked[0].backend_id
         picks["mnn_analytic"][m] = mnn.pick(g, cands)
         picks["analytic_per_class"][m] = per_class.pick(g, cands)
-        f = g.cost().flops
-        picks["flops_lines"][m] = min(cands, key=lambda b: np.polyval(flops_line(b, m), f))
+        picks["flops_lines"][m] = min(
+            cands, key=lambda b: np.polyval(flops_line(b, m), pool_flops[m]))
         picks["most_frequent"][m] = rec["pilot_most_frequent"]
 
     truth = {m: {b: min(t[m][b]) for b in cands} for m in models}

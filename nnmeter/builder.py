@@ -880,6 +880,17 @@ def profile_kernel_types(plan: SamplingPlan, result: BuildResult, *, settings: B
             bar.close()
 
 
+def _default_dataset(backend_id: str, root: Any, profiler: Any) -> str:
+    """The dataset a build writes without ``--dataset``: the measured device's own,
+    ``<backend>@<device name>`` (through a remote runner, :mod:`nnmeter.farm`, the
+    remote device's; with a caller's profiler, this machine's)."""
+    from nnmeter.devices.datasets import default_dataset_id
+    from nnmeter.farm import runner_device
+
+    return default_dataset_id(backend_id, root,
+                              device=runner_device(backend_id) if profiler is None else None)
+
+
 def _open_dataset(ds_dir: Path, backend_id: str, *, resume: bool) -> KernelDataset:
     """The build's kernel dataset. Raises DatasetError if it has rows and not resume."""
     ds = KernelDataset(ds_dir, backend_id)
@@ -1000,13 +1011,7 @@ def build_predictor(
     if not settings.dataset:
         from dataclasses import replace
 
-        from nnmeter.devices.datasets import default_dataset_id
-        from nnmeter.farm import runner_device
-
-        # this machine's own dataset: <backend>@<device name>; through a remote runner
-        # (nnmeter.farm), the remote device's
-        settings = replace(settings, dataset=default_dataset_id(
-            backend_id, root, device=runner_device(backend_id) if profiler is None else None))
+        settings = replace(settings, dataset=_default_dataset(backend_id, root, profiler))
     ds_dir = kernel_dataset_dir(settings.dataset, root)
     ds = _open_dataset(ds_dir, backend_id, resume=settings.resume)
     with ds.writer_lock("build"):  # one build per dataset at a time
@@ -1131,7 +1136,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     SettingsError
         If ``budget_minutes`` is not a positive number.
     """
-    from nnmeter.devices.datasets import default_dataset_id
     from nnmeter.errors import SettingsError
     from nnmeter.predictors import load_predictor
     from nnmeter.predictors.dataset import write_calibration
@@ -1150,10 +1154,7 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     src = find_source(backend_id, source, root)
     named = dataset is not None
     if dataset is None:
-        from nnmeter.farm import runner_device
-
-        dataset = default_dataset_id(
-            backend_id, root, device=runner_device(backend_id) if profiler is None else None)
+        dataset = _default_dataset(backend_id, root, profiler)
     if not named and _has_own_build(kernel_dataset_dir(dataset, root), backend_id):
         # this machine already has a full build: the transfer goes beside it, never into it
         dataset = f"{dataset}-transfer"

@@ -31,12 +31,18 @@ from nnmeter.backends.protocol import Job, ProtocolSettings
 from nnmeter.backends.timing_lock import timing_lock
 from nnmeter.errors import BackendError, BackendUnavailableError, MeasurementError
 
-__all__ = ["Profiler", "resolve_model", "default_core"]
+__all__ = ["Profiler", "resolve_model", "default_core", "check_on_error"]
 
 logger = logging.getLogger(__name__)
 
 #: seconds a fresh worker may take to import its runtime and report ready
 _START_TIMEOUT_S = 120.0
+
+
+def check_on_error(on_error: str) -> None:
+    """Refuse an ``on_error`` other than ``"record"`` or ``"raise"``."""
+    if on_error not in ("record", "raise"):
+        raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
 
 
 def default_core() -> int | None:
@@ -141,6 +147,11 @@ class Profiler:
         self._buf = b""
         self._next_id = 0
         self._tmp = tempfile.TemporaryDirectory(prefix="nnmeter-profiler-")
+        self._shipper: Any = None
+        if self.ships_models:
+            from nnmeter.backends.shipping import ModelShipper
+
+            self._shipper = ModelShipper()
 
     # -- worker lifecycle ---------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -163,7 +174,7 @@ class Profiler:
         return cmd
 
     def _start(self) -> None:
-        if getattr(self, "_shipper", None) is not None:
+        if self._shipper is not None:
             self._shipper.reset()  # a fresh worker holds no model
         cmd = self._command()
         self._stderr = tempfile.TemporaryFile(mode="w+b", dir=self._tmp.name)
@@ -277,8 +288,7 @@ class Profiler:
     def run_job(self, job: Job, *, on_error: str = "record",
                 _hook: str | None = None) -> Measurement:
         """Run one serialisable job; see :meth:`measure` for ``on_error``."""
-        if on_error not in ("record", "raise"):
-            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        check_on_error(on_error)
         t0 = time.perf_counter()
         msg: dict[str, Any] = {"cmd": "measure", "job": job.as_dict()}
         if _hook:
@@ -379,14 +389,9 @@ class Profiler:
         """The request fields that name ``model`` by content for a worker that cannot
         read this machine's files (:attr:`ships_models`), with its bytes unless that
         worker holds them (:mod:`nnmeter.backends.shipping`); none for a local worker."""
-        if not self.ships_models:
+        if self._shipper is None:
             return {}
-        shipper = getattr(self, "_shipper", None)
-        if shipper is None:
-            from nnmeter.backends.shipping import ModelShipper
-
-            shipper = self._shipper = ModelShipper()
-        return shipper.fields(model, force=force)
+        return self._shipper.fields(model, force=force)
 
     def _request_job(self, msg: dict[str, Any], model: str,
                      timeout_s: float) -> tuple[dict[str, Any] | None, str]:

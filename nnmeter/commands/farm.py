@@ -44,9 +44,8 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         print("no node of this cluster offers a backend: start nodes with "
               "`ray start ... --resources \"$(nnmeter farm resources)\"`")
         return 0
-    print_table(["node", "host", "backend", "busy"],
-                [[r["node_id"][:12], r["host"], r["backend_id"],
-                  {True: "yes", False: "no"}.get(r.get("busy"), "?")] for r in rows])
+    print_table(["node", "host", "backend"],
+                [[r["node_id"][:12], r["host"], r["backend_id"]] for r in rows])
     return 0
 
 

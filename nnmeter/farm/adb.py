@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from nnmeter.backends.base import DeviceInfo, ExecutedNode, Measurement
-from nnmeter.backends.profiler import resolve_model
+from nnmeter.backends.profiler import check_on_error, resolve_model
 from nnmeter.backends.protocol import Job
 from nnmeter.farm.remote import RemoteProfiler
 
@@ -221,8 +221,7 @@ class AdbProfiler(RemoteProfiler):
                 _hook: str | None = None) -> Measurement:
         from nnmeter.errors import BackendError, NNMeterError
 
-        if on_error not in ("record", "raise"):
-            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        check_on_error(on_error)
         t0 = time.perf_counter()
         p = job.protocol
         runs = p.runs or 50
@@ -275,6 +274,3 @@ class AdbProfiler(RemoteProfiler):
     def close(self) -> None:
         self._started = False
         self._tmp.cleanup()
-
-    def __del__(self) -> None:
-        pass

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from nnmeter.backends.base import ExecutedNode, Measurement
-from nnmeter.backends.profiler import Profiler
+from nnmeter.backends.profiler import Profiler, check_on_error
 from nnmeter.backends.protocol import Job
 from nnmeter.farm.remote import RemoteProfiler
 
@@ -155,7 +155,7 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 def farm_devices(address: str | None = None) -> list[dict[str, Any]]:
     """Every device of the cluster: one row per alive node and backend it offers
-    (``node_id``, ``host``, ``backend_id``, ``busy``: an actor holds the device now)."""
+    (``node_id``, ``host``, ``backend_id``)."""
     ray = connect(address)
     rows = []
     for node in ray.nodes():
@@ -165,17 +165,6 @@ def farm_devices(address: str | None = None) -> list[dict[str, Any]]:
             if res.startswith("nnmeter-"):
                 rows.append({"node_id": node["NodeID"], "host": node.get("NodeManagerAddress"),
                              "backend_id": res[len("nnmeter-"):]})
-    try:  # which devices an actor holds: per-node usage, where this Ray reports it
-        from ray.util.state import list_actors
-
-        busy = {(a.get("node_id"), a.get("class_name")) for a in
-                list_actors(filters=[("state", "=", "ALIVE")], detail=False, raise_on_missing_output=False)
-                if a.get("class_name") == "_DeviceActor"}
-        nodes_busy = {n for n, _ in busy}
-        for row in rows:
-            row["busy"] = row["node_id"] in nodes_busy
-    except Exception:  # no state API (e.g. a Ray client connection): leave it unsaid
-        pass
     return rows
 
 
@@ -343,7 +332,7 @@ def release_actors() -> None:
             pass
         try:
             ray.kill(h, no_restart=True)
-        except Exception:
+        except Exception:  # gone already: the device is free either way
             pass
 
 
@@ -413,8 +402,7 @@ class RayProfiler(RemoteProfiler):
 
     def run_job(self, job: Job, *, on_error: str = "record",
                 _hook: str | None = None) -> Measurement:
-        if on_error not in ("record", "raise"):
-            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        check_on_error(on_error)
         self.start()
         t0 = time.perf_counter()
         d, kind, why = self._call("run", job, _hook)
@@ -467,6 +455,3 @@ class RayProfiler(RemoteProfiler):
         :func:`release_actors`)."""
         self._handle = None
         self._tmp.cleanup()
-
-    def __del__(self) -> None:
-        pass
