@@ -60,6 +60,11 @@ def register(subparsers: Any) -> None:
                         "timing (the zoo's base models and the test cases, loaded once "
                         "each; minutes, no timing noise), starting from the existing "
                         "rules file's patterns; ort-cpu, openvino-cpu, mnn-cpu")
+    p.add_argument("--new-pairs-from", metavar="FAMILY[,FAMILY...]", default=None,
+                   help="with --from-runtime: only add the pairs that these zoo families' "
+                        "models show and the rules file lacks (e.g. vit,bert,mobilevit for "
+                        "transformer kernels), decided by the runtime's graph; every "
+                        "existing decision stays as it is")
     add_json(p)
     p.set_defaults(func=run_detect)
 
@@ -124,6 +129,8 @@ def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
 
     base_path = Path(out) if Path(out).exists() else None
     base = load_rules(str(base_path) if base_path else args.backend)
+    if args.new_pairs_from:
+        return _run_new_pairs(args, out, base, base_path)
     graphs = [zoo.get_family(f).build(zoo.get_family(f).base_config())
               for f in zoo.FAMILY_NAMES]
     t0 = time.perf_counter()
@@ -150,6 +157,45 @@ def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
           + ", ".join(f"{v} by {k}" for k, v in data["runtime_rules"]["sources"].items()))
     print(f"{len(flipped)} differ from the timed decisions: {', '.join(flipped) or '-'}")
     print(f"wrote {out}")
+    return 0
+
+
+def _run_new_pairs(args: argparse.Namespace, out: Any, base: Any, base_path: Any) -> int:
+    import functools
+    import json
+    import time
+    from pathlib import Path
+
+    from nnmeter import zoo
+    from nnmeter.backends import Profiler
+    from nnmeter.fusion.runtime import new_pairs_from_models
+    from nnmeter.predictors.store import write_atomic
+
+    names = [f.strip() for f in args.new_pairs_from.split(",") if f.strip()]
+    families = [zoo.get_family(f) for f in names]  # an unknown name lists the known ones
+    graphs = []
+    for fam in families:
+        graphs.append(fam.build(fam.base_config()))
+        graphs.extend(v.build() for v in zoo.sample_variants(fam.name, 2, seed=0))
+    t0 = time.perf_counter()
+    with Profiler(args.backend) as prof:
+        rules, report = new_pairs_from_models(base, functools.partial(prof.profile, runs=1),
+                                              graphs)
+    data = json.loads(base_path.read_text()) if base_path else {}
+    data.update(rules.to_dict())
+    data.setdefault("runtime_rules", {})["new_pairs"] = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
+        "added": sorted(report)}
+    write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
+    if args.json:
+        emit_json({"out": str(out), "added": report})
+        return 0
+    print_table(["pattern", "fused", "edges fused", "edges"],
+                [[n, "yes" if r["fused"] else "no", r["fused_edges"], r["edges"]]
+                 for n, r in report.items()])
+    print(f"{len(report)} pairs added from {len(graphs)} models of {', '.join(names)}; "
+          f"wrote {out}")
     return 0
 
 

@@ -22,6 +22,10 @@ Two sources, in this order:
    the partitioner's block rule makes it one kernel (ORT runs a squeeze-excite block as
    four: pool, conv + activation, conv + gate, multiply, which the pair rules give).
 
+:func:`new_pairs_from_models` adds, from source 1 only, the pairs that the graphs show and
+the rules file has no pattern for (a transformer's ``matmul → mul``, ``add → layernorm``),
+leaving every existing decision as it is.
+
 :func:`runtime_rules` keeps each pattern's times and records, in ``extra.runtime``,
 where the decision came from and the timed decision it replaced
 (``extra.runtime.timed_fused``).
@@ -40,7 +44,8 @@ from nnmeter.fusion.rules import FusionRules, rule_op
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["edges_in_models", "case_truth", "runtime_rules", "kernel_count",
+__all__ = ["edges_in_models", "case_truth", "runtime_rules", "new_pairs_from_models",
+           "kernel_count",
            "separate_roles", "covers_fused", "fewer_kernels", "LAYOUT_NODE_TYPES"]
 
 #: executed-node types that convert layout or precision only: not kernels of an op
@@ -205,3 +210,33 @@ def runtime_rules(rules: FusionRules, profile: Any, graphs: Iterable[Any] = (), 
         out.append(dataclasses.replace(p, fused=bool(fused),
                                        extra={**p.extra, "runtime": info}))
     return dataclasses.replace(rules, patterns=tuple(out)), report
+
+
+def new_pairs_from_models(rules: FusionRules, profile: Any, graphs: Iterable[Any], *,
+                          min_edges: int = 2) -> tuple[FusionRules, dict[str, Any]]:
+    """``rules`` plus a ``pair`` pattern for every producer → consumer edge kind of
+    ``graphs`` that it has no pattern for, decided as :func:`runtime_rules` decides
+    from models (fused when most such edges ran inside one executed node). Patterns
+    already in ``rules`` are kept unchanged, so no existing prediction moves.
+
+    Edge kinds seen fewer than ``min_edges`` times are left out (one edge is one
+    context, not a rule). Returns the new rules and, per added pattern, its evidence.
+    """
+    seen = edges_in_models(profile, graphs)
+    have = {tuple(p.ops) for p in rules.patterns if p.kind == "pair"}
+    added, report = [], {}
+    for (op1, op2), (fused_edges, edges) in sorted(seen.items()):
+        if (op1, op2) in have or edges < min_edges:
+            continue
+        fused = 2 * fused_edges > edges
+        info = {"source": "models (new pair)", "fused_edges": fused_edges, "edges": edges,
+                "fused": fused, "timed_fused": None}
+        name = f"{op1}->{op2}"
+        report[name] = info
+        added.append(dataclasses.replace(
+            rules.patterns[0], name=name, kind="pair", ops=(op1, op2), fused=fused,
+            close=False, times_ms={}, saving_ms=None, threshold_ms=None,
+            extra={"runtime": info}))
+    if not added:
+        return rules, report
+    return dataclasses.replace(rules, patterns=tuple(rules.patterns) + tuple(added)), report

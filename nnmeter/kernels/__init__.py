@@ -29,7 +29,7 @@ from nnmeter.kernels.naming import block_type_of, bn_equivalent, kernel_type_of
 
 # Each module registers its types in KERNEL_TYPES on import.
 from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
-    activation, add, bn, channelshuffle, concat, conv, convtranspose, datamove, dwconv,
+    activation, add, attention, bn, channelshuffle, concat, conv, convtranspose, datamove, dwconv,
     fc, lrn, mul, other, pooling, se, split,
 )
 
@@ -40,7 +40,8 @@ __all__ = [
 
 #: Kernel families (modules), for predictors that train one regressor per family.
 FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
-            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "lrn", "other")
+            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "lrn", "matmul", "softmax",
+            "layernorm", "add-layernorm", "other")
 
 
 def kernel_from_nodes(graph, names: Sequence[str], type_name: str | None = None) -> Kernel:

@@ -11,6 +11,8 @@ Rules, in order:
    them into the kernel that produced their input).
 4. The tail grammar ``head[-bn][-act][-add[-act]]`` for heads conv, dwconv,
    convtranspose and fc; ``bn[-act]``; ``add[-act]``.
+   A matmul with its scale (``matmul`` → ``mul|div``) → ``matmul-scale``; a residual
+   add into a layer norm → ``add-layernorm`` (see :mod:`nnmeter.kernels.attention`).
 5. A single op whose type is registered (``relu``, ``maxpool``, ``concat``...).
 6. Anything else is ``other``.
 
@@ -20,7 +22,9 @@ Examples
 'conv-bn-relu'
 >>> kernel_type_of(("gap", "flatten"))
 'gap'
->>> kernel_type_of(("softmax",))
+>>> kernel_type_of(("matmul", "mul"))
+'matmul-scale'
+>>> kernel_type_of(("pad",))
 'other'
 >>> kernel_type_of(("relu", "maxpool"))
 'other'
@@ -47,7 +51,7 @@ TAIL_HEADS = {
 
 _SINGLE_TYPES = frozenset(ACTIVATIONS) | {
     "maxpool", "avgpool", "gap", "mul", "concat", "split", "channelshuffle",
-    "reshape", "flatten", "transpose", "identity", "lrn",
+    "reshape", "flatten", "transpose", "identity", "lrn", "matmul", "softmax", "layernorm",
 }
 _DENSE = ("conv", "fc")
 _SIXTH = ("div", "mul")
@@ -85,6 +89,11 @@ def kernel_type_of(ops: Sequence[str]) -> str:
     if len(ops) > 1:
         ops = tuple(o for o in ops if o not in ("reshape", "flatten")) or ops[:1]
     head, rest = ops[0], ops[1:]
+    if head == "matmul" and len(ops) == 2 and rest[0] in _SIXTH:
+        return "matmul-scale"  # attention scores and their 1/sqrt(d) (a scalar: checked
+        # when the config is read)
+    if ops == ("add", "layernorm"):
+        return "add-layernorm"
     if head in TAIL_HEADS:
         allow_bn, allow_add = TAIL_HEADS[head]
         if parse_tail(rest, allow_bn=allow_bn, allow_add=allow_add) is not None:

@@ -92,3 +92,24 @@ def test_a_block_that_still_runs_as_several_kernels_is_partial_not_fused():
 
     t = case_truth(one_node, cases["block:se"])
     assert t["fused"] is True and "partial" not in t
+
+
+def test_new_pairs_are_added_from_models_and_old_decisions_kept():
+    from nnmeter.fusion.runtime import new_pairs_from_models
+
+    def model(i):
+        b = GraphBuilder(f"m{i}", (1, 8, 8, 8))
+        y = b.relu(b.conv(b.x, 8, name="c1"), name="r1")
+        y = b.sigmoid(b.maxpool(y, 2, name="p"), name="s")
+        return b.build([y])
+
+    base = FusionRules.from_decisions("toy", pairs={("conv", "relu"): False})
+    rules, report = new_pairs_from_models(base, fake_profile, [model(0), model(1)])
+    # the existing pair keeps its (timed) decision although the runtime fuses it
+    assert not rules.fuses("conv", "relu") and "conv->relu" not in report
+    assert report["relu->maxpool"] == {"source": "models (new pair)", "fused_edges": 0,
+                                       "edges": 2, "fused": False, "timed_fused": None}
+    assert rules.pattern("pair", ("maxpool", "sigmoid")).fused is False
+    # one edge is not a rule
+    _, once = new_pairs_from_models(base, fake_profile, [model(0)])
+    assert once == {}

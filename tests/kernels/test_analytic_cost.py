@@ -183,8 +183,8 @@ def test_configs_without_a_closed_form_build_the_graph():
 
 
 def test_other_kernels_keep_the_graph_path():
-    b = GraphBuilder("t", (1, 10))
-    g = b.build([b.softmax(b.x, name="sm")])
+    b = GraphBuilder("t", (1, 4, 10))
+    g = b.build([b.softmax(b.x, axis=1, name="sm")])  # not the last axis: ``other``
     k = kernel_from_nodes(g, ["sm"])
     kt = k.kernel_type
     assert k.type == "other" and kt.analytic_cost(k.config) is None

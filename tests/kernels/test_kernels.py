@@ -94,7 +94,8 @@ def test_kernel_type_of_names():
     assert kernel_type_of(("reshape", "transpose", "reshape")) == "channelshuffle"
     assert kernel_type_of(("relu", "maxpool")) == "other"
     assert kernel_type_of(("conv", "relu", "bn")) == "other"
-    assert kernel_type_of(("softmax",)) == "other"
+    assert kernel_type_of(("softmax",)) == "softmax"
+    assert kernel_type_of(("pad",)) == "other"
     assert kernel_type_of(("reshape",)) == "reshape"
 
 
@@ -111,8 +112,8 @@ def test_features_reject_a_config_of_another_type():
 
 
 def test_kernel_as_dict_round_trip_and_other_rebuilds_its_op():
-    b = GraphBuilder("m", (1, 10))
-    g = b.build([b.softmax(b.x, name="sm")])
+    b = GraphBuilder("m", (1, 4, 10))
+    g = b.build([b.softmax(b.x, axis=1, name="sm")])  # not the last axis: ``other``
     k = kernel_from_nodes(g, ["sm"])
     assert k.type == "other" and k.config.op == "softmax"
     assert Kernel.from_dict(k.as_dict()) == k
