@@ -298,7 +298,7 @@ def test_slices_that_tile_an_axis_are_one_split(late):
     assert not [n for n in g.nodes() if n.op == "unknown"]
 
 
-def test_a_lone_slice_is_a_split_with_unread_parts_and_a_strided_one_stays_unknown():
+def test_a_lone_slice_is_a_split_with_unread_parts_and_a_strided_one_splits_a_reshape():
     nodes = [helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"], name="s"),
              helper.make_node("Relu", ["y"], ["r"], name="r")]
     inits = [_init("st", np.array([2], np.int64)), _init("en", np.array([-2], np.int64)),
@@ -310,7 +310,13 @@ def test_a_lone_slice_is_a_split_with_unread_parts_and_a_strided_one_stays_unkno
                helper.make_node("Relu", ["y"], ["r"], name="r")]
     g = load_onnx(_model(strided, [_vi("x", [1, 8, 4, 4])], [_vi("r", None)],
                          inits + [_init("stp", np.array([2], np.int64))]))
-    assert g["s"].op == "unknown" and g["r"].input_shapes == ((1, 2, 4, 4),)
+    # x[:, 2:6:2]: the range [2, 6) cut out, reshaped to (2, 2), its first of every 2 kept
+    assert not g.unknown_ops() and g["r"].input_shapes == ((1, 2, 4, 4),)
+    assert [(n.op, n.output_shapes) for n in g.nodes() if n.name.startswith("s")] == [
+        ("split", ((1, 2, 4, 4), (1, 4, 4, 4), (1, 2, 4, 4))),
+        ("reshape", ((1, 2, 2, 4, 4),)),
+        ("split", ((1, 2, 1, 4, 4), (1, 2, 1, 4, 4))),
+        ("reshape", ((1, 2, 4, 4),))]
 
 
 # ------------------------------------------------------------------ shapes and errors

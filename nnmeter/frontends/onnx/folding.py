@@ -32,8 +32,8 @@ def try_fold(imp: Importer, node: Any) -> bool:
     constants."""
     ins = [t for t in node.input if t]
     op = node.op_type
-    if op in ("Shape", "Size") and ins and ins[0] in imp.refs:
-        shape = np.array(imp.graph.shape_of(imp.refs[ins[0]]), dtype=np.int64)
+    if op in ("Shape", "Size") and ins and (ins[0] in imp.refs or ins[0] in imp.const_shapes):
+        shape = np.array(imp.shape(ins[0]), dtype=np.int64)
         if op == "Size":
             imp.set_const(node.output[0], np.array(int(np.prod(shape)), dtype=np.int64))
             return True
@@ -133,6 +133,17 @@ def evaluate(node: Any, inputs: list[np.ndarray | None], opset: int) -> list[np.
         return [fn(x, inputs[1]).astype(np.result_type(x, inputs[1]))]
     elif op == "Transpose":
         return [np.transpose(x, a.get("perm"))]
+    elif op == "GatherElements":
+        # onnx.reference's GatherElements mis-shapes broadcast (read-only) inputs
+        return [np.take_along_axis(np.ascontiguousarray(x), inputs[1].astype(np.int64),
+                                   axis=norm_axis(a.get("axis", 0), x.ndim))]
+    elif op == "Expand":
+        shape = np.broadcast_shapes(x.shape, tuple(int(d) for d in inputs[1]))
+        return [np.array(np.broadcast_to(x, shape))]
+    elif op == "Where":
+        return [np.where(x, inputs[1], inputs[2])]
+    elif op == "Equal":
+        return [np.equal(x, inputs[1])]
     # Anything else: the reference implementation on a one-node model.
     from onnx import helper
     from onnx.reference import ReferenceEvaluator

@@ -12,6 +12,7 @@ import numpy as np
 from nnmeter.errors import GraphValidationError, ShapeInferenceError, UnsupportedOpError
 from nnmeter.frontends.onnx.attributes import jsonable, node_attrs
 from nnmeter.frontends.onnx.folding import try_fold
+from nnmeter.frontends.onnx.lookups import EmbeddingLookups, embedding_lookups, index_shape
 from nnmeter.frontends.onnx.ops import Fallback, handler_for
 from nnmeter.frontends.onnx.reader import (
     inferred_shapes, initializers, opset_of, static_inputs,
@@ -183,6 +184,34 @@ class Importer:
         for port, t in enumerate(outputs):
             self.refs[t] = Ref(nm, port)
 
+    def _lookup_input(self, node: Any, idx: int, lookups: "EmbeddingLookups") -> None:
+        """An embedding lookup (Gather of a constant table by indices computed from
+        integer inputs) becomes a float graph input of the lookup's shape: the IR
+        describes the float computation, and the lookup itself copies
+        ``prod(shape)`` elements, which no kernel of the runtimes we model spends time
+        on compared with what follows."""
+        table, ids = node.input[0], node.input[1]
+        tshape = self.const_shapes[table]
+        axis = int(node_attrs(node).get("axis", 0))
+        ishape = (self.vi_shapes.get(ids) or self.const_shapes.get(ids)
+                  or index_shape(self, lookups, ids))
+        shape = self.vi_shapes.get(node.output[0])
+        if shape is None and ishape is not None:
+            shape = tuple(ishape) + tuple(tshape[1:])
+        if shape is None or axis != 0:
+            self.emit_unknown(node, idx, "embedding lookup of unknown shape")
+            return
+        name = self.node_name(node, idx)
+        value = self.consts.get(table)
+        dtype = value.dtype.name if value is not None else "float32"
+        self.graph.add_input(name, shape, dtype)
+        self.graph.replace(
+            name, source={"framework": "onnx", "op_type": node.op_type, "name": node.name},
+            meta={"embedding_lookup": {"table": table, "table_shape": list(tshape),
+                                       "indices_from": sorted(lookups.sources.get(idx, ()))}})
+        self.graph.meta.setdefault("embedding_inputs", []).append(name)
+        self.refs[node.output[0]] = Ref(name, 0)
+
     def _note_absorbed(self, before: set[int], mark: int) -> None:
         """Record on the IR node a handler emitted the source nodes it also consumed
         (a pattern: Sigmoid + Mul as swish): ``meta["absorbed"]``, so that a runtime's
@@ -208,22 +237,39 @@ class Importer:
         }
         for name, value, shape in initializers(self.model):
             self.set_const(name, value, shape)
-        for name, shape, dtype in inputs:
-            self.graph.add_input(name, shape, dtype)
-            self.graph.replace(name, source={"framework": "onnx", "op_type": "input",
-                                             "name": name})
-            self.refs[name] = Ref(name, 0)
-        nodes = _topological(list(g.node), set(self.refs) | set(self.const_shapes))
+        nodes = _topological(list(g.node),
+                             {nm for nm, _, _ in inputs} | set(self.const_shapes))
         self.nodes = nodes
         for i, n in enumerate(nodes):
             for t in n.input:
                 if t:
                     self.consumers.setdefault(t, []).append(i)
         self.graph_outputs = {o.name for o in g.output}
+        # Constant nodes first: a pattern that starts at one node reads constants that
+        # the exporter may have written after it (torch writes each Constant just
+        # before its first reader).
+        for i, n in enumerate(nodes):
+            if n.op_type == "Constant" and not n.input and n.domain in ("", "ai.onnx"):
+                if try_fold(self, n):
+                    self.done.add(i)
+        lookups = embedding_lookups(self, inputs)
+        self.done.update(lookups.index_nodes)
+        for name, shape, dtype in inputs:
+            if name in lookups.dropped_inputs:
+                # Read only to compute lookup indices (and shapes): not an IR input.
+                self.set_const(name, None, shape)
+                continue
+            self.graph.add_input(name, shape, dtype)
+            self.graph.replace(name, source={"framework": "onnx", "op_type": "input",
+                                             "name": name})
+            self.refs[name] = Ref(name, 0)
         for i, n in enumerate(nodes):
             if i in self.done:
                 continue
             self.done.add(i)
+            if i in lookups.gathers:
+                self._lookup_input(n, i, lookups)
+                continue
             if try_fold(self, n):
                 continue
             handler = handler_for(n.op_type) if n.domain in ("", "ai.onnx") else None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnmeter.frontends.onnx.attributes import node_attrs, norm_axis
 from nnmeter.frontends.onnx.ops.base import Fallback, act_input, register
+from nnmeter.frontends.onnx.ops.normalization import decomposed_layernorm
 from nnmeter.frontends.onnx.ops.spatial import as_2d, auto_pads, emit_spatial
 from nnmeter.ir.ops import GapAttrs, PoolAttrs, ReduceAttrs
 
@@ -43,8 +44,10 @@ def pool(imp: Importer, node: Any, idx: int) -> None:
 
 @register("GlobalAveragePool")
 def gap(imp: Importer, node: Any, idx: int) -> None:
-    imp.emit(node, idx, "gap", GapAttrs(keepdims=True), [act_input(imp, node)],
-             [node.output[0]])
+    x = act_input(imp, node)
+    if len(imp.shape(x)) not in (3, 4):
+        raise Fallback("GlobalAveragePool of other than a 1-D or 2-D input")
+    emit_spatial(imp, node, idx, "gap", GapAttrs(keepdims=True), x)
 
 
 @register("ReduceMean")
@@ -57,6 +60,8 @@ def reducemean(imp: Importer, node: Any, idx: int) -> None:
         axes = [int(v) for v in imp.value(node.input[1])]
     axes = tuple(int(v) for v in (axes or ()))
     keep = bool(a.get("keepdims", 1))
+    if keep and axes and decomposed_layernorm(imp, node, idx, x, axes):
+        return
     if rank == 4 and sorted(norm_axis(v, rank) for v in axes) == [2, 3]:
         imp.emit(node, idx, "gap", GapAttrs(keepdims=keep), [x], [node.output[0]])
         return
