@@ -6,6 +6,10 @@ Usage:
       --backend ort-cpu [--n 20] [--families resnet,mobilenetv2,...] [--passes 2]
   python experiments/model_accuracy.py report --backend ort-cpu [--json out.json]
 
+Without ``--families`` both steps take the zoo's default families (the CNNs and
+NAS-Bench-201); the opt-in transformer families (vit, bert, mobilevit) are measured
+and reported only when named, e.g. ``--family vit`` (``--family`` is ``--families``).
+
 ``measure`` appends one row per (variant, pass) to
 datasets/models/<backend>@<device>/seed<seed>.jsonl (``<device>`` this machine's name
 unless ``--device`` names another; seed 1000 by default) as it goes (resumable: measured
@@ -144,8 +148,11 @@ def report(args: argparse.Namespace) -> None:
         graph_op_features,
     )
 
+    # the default families unless named: transformer rows measured into the same set
+    # (``measure --family vit``) must not change the default report
+    wanted = set(args.families.split(",")) if args.families else set(zoo.default_family_names())
     rows = [r for r in _rows(args.backend, args.seed, args.device)
-            if r.get("ok") and r.get("latency_ms")]
+            if r.get("ok") and r.get("latency_ms") and r.get("family") in wanted]
     by: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: (r["pass"], r.get("timestamp") or "")):
         e = by.setdefault(r["variant"], {"family": r["family"], "lat": [], "at": [], "F": [
@@ -234,7 +241,9 @@ def main() -> None:
     ap.add_argument("step", choices=["measure", "report"])
     ap.add_argument("--backend", default="ort-cpu")
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--families", default=None)
+    ap.add_argument("--families", "--family", default=None,
+                    help="comma-separated zoo families (default: the CNNs and NAS-Bench-201; "
+                         "the transformer families vit, bert, mobilevit only when named)")
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--seed", type=int, default=SEED,
                     help=f"variant seed; other than {SEED} (the test set) writes "

@@ -26,13 +26,16 @@ _EXT = {"onnx": ".onnx", "tflite": ".tflite", "json": ".json"}
 
 def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "zoo", help="the model zoo: 12 CNN families and NAS-Bench-201, with variant samplers",
+        "zoo", help="the model zoo: 12 CNN families and NAS-Bench-201, with variant samplers "
+                    "(and opt-in transformers: vit, bert, mobilevit)",
         description="List the zoo's architecture families, write seeded variants of a family "
                     "as model files with a manifest, or show one variant's config and cost.",
     )
     sub = p.add_subparsers(dest="zoo_command", metavar="ACTION")
 
     pl = sub.add_parser("list", help="families with their base params and MACs")
+    pl.add_argument("--all", action="store_true",
+                    help="also list the opt-in transformer families (vit, bert, mobilevit)")
     add_json(pl)
     pl.set_defaults(func=run_list)
 
@@ -74,10 +77,10 @@ def variant_summary(variant: Any) -> dict[str, Any]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from nnmeter.zoo import FAMILIES, base_variant
+    from nnmeter.zoo import FAMILIES, base_variant, default_family_names
 
     rows = []
-    for name in FAMILIES.names():
+    for name in (FAMILIES.names() if getattr(args, "all", False) else default_family_names()):
         fam = FAMILIES.get(name)
         s = variant_summary(base_variant(name))
         rows.append({"family": name, "description": fam.description,

@@ -109,7 +109,8 @@ def extract_prior(n_per_family: int = 20, seed: int = 0, *,
     seed : int
         Sampler seed; the result is a deterministic function of the arguments.
     families : iterable of str, optional
-        Families to walk (default: all registered).
+        Families to walk (default: :func:`~nnmeter.zoo.default_family_names`, every
+        registered family but the opt-in transformer ones).
     include_base : bool
         Also walk each family's published base config.
 
@@ -119,10 +120,10 @@ def extract_prior(n_per_family: int = 20, seed: int = 0, *,
         ``{op_type: [record, ...]}`` with the fields of :data:`PRIOR_FIELDS`; one
         record per node, duplicates kept (they carry the frequencies).
     """
-    from nnmeter.zoo import FAMILIES
+    from nnmeter.zoo import default_family_names
     from nnmeter.zoo.sampler import base_variant, sample_variants
 
-    names = list(families) if families is not None else FAMILIES.names()
+    names = list(families) if families is not None else default_family_names()
     prior: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         variants = ([base_variant(name)] if include_base else [])

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["base", "sampler", "prior", "alexnet", "vgg", "resnet", "densenet", "squeezenet",
            "googlenet", "mobilenetv1", "mobilenetv2", "mobilenetv3", "shufflenetv2",
-           "mnasnet", "proxylessnas", "nasbench201"]
+           "mnasnet", "proxylessnas", "nasbench201", "_transformer", "vit", "bert", "mobilevit"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnmeter.zoo import FAMILIES, FAMILY_NAMES, get_family, sample_variants
+from nnmeter.zoo import (
+    FAMILIES, FAMILY_NAMES, TRANSFORMER_FAMILIES, default_family_names, get_family,
+    sample_variants,
+)
 from nnmeter.zoo.nasbench201 import (
     CANDIDATE_OPS, NUM_CELLS, NASBench201Config, arch_str, cell_from_index, cell_index,
 )
@@ -33,8 +36,10 @@ PUBLISHED = [
 
 
 def test_registry_holds_the_13_families():
-    assert sorted(FAMILY_NAMES) == FAMILIES.names()
+    assert sorted(FAMILY_NAMES) == default_family_names()
     assert len(FAMILY_NAMES) == 13
+    # plus the opt-in transformer families (tests/zoo/test_transformers.py)
+    assert FAMILIES.names() == sorted(FAMILY_NAMES + TRANSFORMER_FAMILIES)
 
 
 @pytest.mark.parametrize("family,preset,params,macs", PUBLISHED,
