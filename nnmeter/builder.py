@@ -466,6 +466,11 @@ class BuildSettings:
         the prior (the rest go around high-error points). On synthetic 2-D step
         functions, pure neighbourhood sampling fell behind uniform sampling of equal
         size over the whole space; mixing in prior draws closed most of that gap.
+    prior_families : tuple of str, optional
+        Zoo families whose variants make the kernel prior; default the CNN zoo
+        (``zoo.FAMILY_NAMES``). The transformer families (``vit``, ``bert``,
+        ``mobilevit``; ``zoo.TRANSFORMER_FAMILIES``) give the prior of matmul, softmax,
+        layer-norm and token-shaped fc kernels.
     n_per_family : int
         Zoo variants sampled per model family for the kernel prior (>= 0), besides the
         family's base variant.
@@ -522,6 +527,7 @@ class BuildSettings:
     budget_minutes: float = 20.0
     resume: bool = True
     kernels: tuple[str, ...] | None = None
+    prior_families: tuple[str, ...] | None = None
     dataset: str | None = None
     rounds: int = 3
     initial_fraction: float = 0.6
@@ -578,6 +584,17 @@ class BuildSettings:
             if not all(isinstance(k, str) and k for k in names):
                 fail("kernels", "None or a sequence of non-empty kernel type or family names")
             object.__setattr__(self, "kernels", names)
+        if self.prior_families is not None:
+            if isinstance(self.prior_families, str) or not isinstance(self.prior_families,
+                                                                       Iterable):
+                fail("prior_families", "None or a sequence of zoo family names, "
+                     "e.g. ['vit', 'bert'] (not one string)")
+            from nnmeter import zoo
+
+            names = tuple(self.prior_families)
+            for name in names:
+                zoo.get_family(name)  # an unknown name lists the known ones
+            object.__setattr__(self, "prior_families", names)
         for name in ("protocol", "regressor_params"):
             v = getattr(self, name)
             if v is not None:
@@ -645,7 +662,8 @@ def collect_prior(rules: Any, *, settings: BuildSettings,
 
         logger.info("collecting the kernel prior from the zoo")
         zoo_configs = kernel_prior_from_zoo(rules, n_per_family=settings.n_per_family,
-                                            seed=settings.seed)
+                                            seed=settings.seed,
+                                            families=settings.prior_families)
         # kernel kinds real models carry and the zoo does not (grouped convolutions, LRN)
         for t, cfgs in synthetic_prior_configs().items():
             zoo_configs.setdefault(t, cfgs)

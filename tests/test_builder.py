@@ -470,3 +470,23 @@ def test_a_full_build_calibrates_kernels_inside_models_by_default():
     assert "in_model" not in _wanted_calibrations(BuildSettings(calibrate_in_model=False))
     with pytest.raises(Exception, match="calibrate_in_model"):
         BuildSettings(calibrate_in_model="yes")
+
+
+def test_prior_families_give_transformer_kernels_their_prior():
+    from nnmeter.builder import BuildSettings, collect_prior
+    from nnmeter.errors import UnknownNameError
+
+    rules = FusionRules.from_decisions("toy", pairs={("matmul", "mul"): True,
+                                                    ("add", "layernorm"): True})
+    settings = BuildSettings(prior_families=["bert"], n_per_family=1,
+                             kernels=("matmul", "matmul-scale", "softmax", "add-layernorm"))
+    assert settings.prior_families == ("bert",)
+    plan = collect_prior(rules, settings=settings)
+    assert set(plan.weights) == {"matmul", "matmul-scale", "softmax", "add-layernorm"}
+    # the CNN zoo's prior has none of them
+    cnn = collect_prior(rules, settings=BuildSettings(n_per_family=0, kernels=("matmul",)))
+    assert cnn.weights == {}
+    with pytest.raises(UnknownNameError, match="vit"):
+        BuildSettings(prior_families=["vitt"])
+    with pytest.raises(Exception, match="not one string"):
+        BuildSettings(prior_families="vit")

@@ -53,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="refuse to touch a dataset that already has measurements")
     p.add_argument("--kernels", default=None, metavar="T1,T2",
                    help="only these kernel types or families (e.g. conv,dwconv)")
+    p.add_argument("--prior-families", default=None, metavar="F1,F2",
+                   help="zoo families whose kernels make the sampling prior (default: the "
+                        "CNN zoo); vit,bert,mobilevit for transformer kernels (matmul, "
+                        "softmax, layernorm, token-shaped fc)")
     p.add_argument("--dataset", default=None,
                    help="dataset id under datasets/kernels (default: this machine's, "
                         "<backend>@<device name>); a dataset of another device is refused")
@@ -207,6 +211,8 @@ def _build(args: argparse.Namespace) -> int:
     from nnmeter.builder import build_predictor
 
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
+    families = [f.strip() for f in args.prior_families.split(",")] \
+        if args.prior_families else None
     if args.transfer_from:
         from nnmeter.builder import build_by_transfer
 
@@ -220,7 +226,8 @@ def _build(args: argparse.Namespace) -> int:
         return 0
     result = build_predictor(args.backend, budget_minutes=args.budget_minutes,
                              resume=args.resume, kernels=kernels, dataset=args.dataset,
-                             rounds=args.rounds, progress=not args.json)
+                             rounds=args.rounds, prior_families=families,
+                             progress=not args.json)
     if args.json:
         emit_json(result.as_dict())
         return 0

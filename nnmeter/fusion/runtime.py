@@ -70,10 +70,16 @@ def _groups(graph: Any, executed: Sequence[Any]) -> dict[str, int]:
     return group
 
 
-def edges_in_models(profile: Any, graphs: Iterable[Any]) -> dict[tuple[str, str], list[int]]:
+def edges_in_models(profile: Any, graphs: Iterable[Any], *, single_consumer: bool = False
+                    ) -> dict[tuple[str, str], list[int]]:
     """``(op1, op2)`` (rule names) → ``[edges run inside one node, edges seen]`` over
     every producer → consumer edge of ``graphs`` that the runtime's report covers.
-    ``profile`` is a callable graph → executed nodes (``Profiler.profile``)."""
+    ``profile`` is a callable graph → executed nodes (``Profiler.profile``).
+    ``single_consumer`` counts only edges whose producer has no other reader: the
+    partitioner asks the pair rule only then (a producer with several readers is the
+    multi-output tests' question), and runtimes fuse the two cases differently (ORT
+    fuses a residual add into the layer norm after it only when nothing else reads
+    the sum)."""
     from nnmeter.errors import NNMeterError
 
     seen: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
@@ -92,6 +98,9 @@ def edges_in_models(profile: Any, graphs: Iterable[Any]) -> dict[tuple[str, str]
             for r in n.inputs:
                 u = g.node(r.node)
                 if u.op == "input" or u.name not in group:
+                    continue
+                if single_consumer and (len(g.successors(u.name)) > 1
+                                        or u.name in {o.node for o in g.outputs}):
                     continue
                 if any(group.get(q.node) == group[u.name] for q in u.inputs):
                     # u runs inside the node of its own producer (a bn folded into a
@@ -219,10 +228,11 @@ def new_pairs_from_models(rules: FusionRules, profile: Any, graphs: Iterable[Any
     from models (fused when most such edges ran inside one executed node). Patterns
     already in ``rules`` are kept unchanged, so no existing prediction moves.
 
-    Edge kinds seen fewer than ``min_edges`` times are left out (one edge is one
-    context, not a rule). Returns the new rules and, per added pattern, its evidence.
+    Only edges whose producer has one reader count (``single_consumer``). Edge kinds
+    seen fewer than ``min_edges`` times are left out (one edge is one context, not a
+    rule). Returns the new rules and, per added pattern, its evidence.
     """
-    seen = edges_in_models(profile, graphs)
+    seen = edges_in_models(profile, graphs, single_consumer=True)
     have = {tuple(p.ops) for p in rules.patterns if p.kind == "pair"}
     added, report = [], {}
     for (op1, op2), (fused_edges, edges) in sorted(seen.items()):
