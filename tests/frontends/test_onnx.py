@@ -319,6 +319,26 @@ def test_a_lone_slice_is_a_split_with_unread_parts_and_a_strided_one_splits_a_re
         ("reshape", ((1, 2, 4, 4),))]
 
 
+
+def test_strided_slices_of_two_axes_and_of_an_odd_axis_map_without_unknown_nodes():
+    # Swin's patch merging x[:, 1::2, 0::2, :] and LeViT's x[:, ::2, ::2] of 7 x 7
+    def sliced(shape, starts):
+        nodes = [helper.make_node("Slice", ["x", "st", "en", "ax", "stp"], ["y"], name="s"),
+                 helper.make_node("Relu", ["y"], ["r"], name="r")]
+        inits = [_init("st", np.array(starts, np.int64)),
+                 _init("en", np.array([100, 100], np.int64)),
+                 _init("ax", np.array([1, 2], np.int64)),
+                 _init("stp", np.array([2, 2], np.int64))]
+        return load_onnx(_model(nodes, [_vi("x", shape)], [_vi("r", None)], inits))
+
+    g = sliced([1, 8, 8, 4], [1, 0])
+    assert not g.unknown_ops() and g["r"].input_shapes == ((1, 4, 4, 4),)
+    assert [n.op for n in g.nodes() if n.name.startswith("s")] == [
+        "reshape", "split", "reshape", "split", "reshape"]
+    g = sliced([1, 7, 7, 4], [0, 0])
+    assert not g.unknown_ops() and g["r"].input_shapes == ((1, 4, 4, 4),)
+    assert sum(n.op == "pad" for n in g.nodes()) == 2
+
 # ------------------------------------------------------------------ shapes and errors
 def _dynamic_model():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])

@@ -196,6 +196,22 @@ def _strided_slice(imp: Importer, node: Any, idx: int, x: str,
         off = s - a0
         if not 0 <= off < st:
             raise Fallback("strided Slice whose steps do not tile the axis")
+        if a0 + st * count > n:
+            # x[::2] of an odd axis: its last step runs past the end; pad it to whole
+            # steps (LeViT's subsampling of 7 × 7 to 4 × 4)
+            if pending is not None:
+                cur = _reshape(imp, node, idx, cur, pending, f"{out}#{k}",
+                               base if k == 0 else f"{base}/{k}")
+                k += 1
+                pending = None
+            pads = [0] * (2 * len(shape))
+            pads[len(shape) + ax] = a0 + st * count - n
+            imp.emit(node, idx, "pad", PadAttrs(pads=tuple(pads)), [cur], [f"{out}#{k}"],
+                     name=base if k == 0 else f"{base}/{k}",
+                     meta={"strided_slice_tail": True})
+            cur = f"{out}#{k}"
+            k += 1
+            n = shape[ax] = a0 + st * count
         if (a0, a0 + st * count) != (0, n):
             if pending is not None:
                 cur = _reshape(imp, node, idx, cur, pending, f"{out}#{k}",
