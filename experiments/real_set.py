@@ -27,7 +27,16 @@ Usage::
   python experiments/real_set.py report --backend ort-cpu [--json] [--session S]
   python experiments/real_set.py kernels --set dev --backend ort-cpu  # the development set
 
-``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv);
+The transformer set (``--set transformers``; files under
+``$XDG_CACHE_HOME/nnmeter/transformers_set``) holds Hugging Face architectures at their
+published small sizes through the same exporter: BERT-mini/small, DistilBERT, RoBERTa,
+ELECTRA-small, ALBERT-base (text, sequence length 128, the embedding lookups as float
+inputs), ViT-tiny/small, DeiT-tiny, Swin-tiny, MobileViT-XS/XXS, ConvNeXt-tiny,
+SegFormer-B0, LeViT-128S and PoolFormer-S12 (vision). Its rows go to
+``transformers.jsonl``.
+
+``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv,
+transformers);
 files go to ``DIR`` (default ``$XDG_CACHE_HOME/nnmeter/real_set``) with a
 ``manifest.json`` and are not committed (hundreds of MB of random weights); they are
 rebuilt the same way from the same seeds. ``measure`` appends one row per (model, pass)
@@ -138,9 +147,59 @@ _DEV_PYTORCHCV = [
 ]
 
 
+#: The transformer set (``--set transformers``): Hugging Face ``transformers``
+#: architectures at their published small sizes, random weights (seed 0), exported by
+#: the TorchScript exporter like the CNNs. name: (model class, config class, config
+#: fields, family, input: "text" or "image", sequence length or image size). Text
+#: models read ``input_ids`` of shape (1, 128); vision models ``pixel_values``.
+_HF: dict[str, tuple[str, str, dict, str, str, int]] = {
+    "bert-mini": ("BertModel", "BertConfig", dict(
+        num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+        intermediate_size=1024), "bert", "text", 128),
+    "bert-small": ("BertModel", "BertConfig", dict(
+        num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+        intermediate_size=2048), "bert", "text", 128),
+    "distilbert-base": ("DistilBertModel", "DistilBertConfig", dict(), "bert", "text", 128),
+    "roberta-small": ("RobertaModel", "RobertaConfig", dict(
+        num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+        intermediate_size=2048), "bert", "text", 128),
+    "electra-small": ("ElectraModel", "ElectraConfig", dict(
+        embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
+        intermediate_size=1024), "bert", "text", 128),
+    "albert-base": ("AlbertModel", "AlbertConfig", dict(
+        embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072), "bert", "text", 128),
+    "vit-tiny": ("ViTModel", "ViTConfig", dict(
+        hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
+        intermediate_size=768), "vit", "image", 224),
+    "vit-small": ("ViTModel", "ViTConfig", dict(
+        hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+        intermediate_size=1536), "vit", "image", 224),
+    "deit-tiny": ("DeiTModel", "DeiTConfig", dict(
+        hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
+        intermediate_size=768), "vit", "image", 224),
+    "swin-tiny": ("SwinModel", "SwinConfig", dict(), "swin", "image", 224),
+    "mobilevit-xs": ("MobileViTModel", "MobileViTConfig", dict(
+        hidden_sizes=[96, 120, 144], neck_hidden_sizes=[16, 32, 48, 64, 80, 96, 384]),
+        "mobilevit", "image", 256),
+    "mobilevit-xxs": ("MobileViTModel", "MobileViTConfig", dict(
+        hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320],
+        expand_ratio=2.0), "mobilevit", "image", 256),
+    "convnext-tiny": ("ConvNextModel", "ConvNextConfig", dict(), "convnext", "image", 224),
+    "segformer-b0": ("SegformerModel", "SegformerConfig", dict(), "segformer", "image", 224),
+    "levit-128s": ("LevitModel", "LevitConfig", dict(), "levit", "image", 224),
+    "poolformer-s12": ("PoolFormerModel", "PoolFormerConfig", dict(), "poolformer",
+                       "image", 224),
+}
+
+
 def entries(which: str = "real") -> list[Entry]:
-    """The entries of the held-out real-architecture set (``real``) or of the
-    development set (``dev``, pytorchcv models only)."""
+    """The entries of the held-out real-architecture set (``real``), of the
+    development set (``dev``, pytorchcv models only) or of the transformer set
+    (``transformers``, Hugging Face architectures)."""
+    if which == "transformers":
+        return [Entry(f"hf-{n}", fam, "torch.onnx", f"transformers.{cls}", size)
+                for n, (cls, _, _, fam, _, size) in _HF.items()]
     if which == "dev":
         return [Entry(f"torch-{fn}", fam, "torch.onnx", f"pytorchcv.models.{mod}.{fn}")
                 for mod, fn, fam in _DEV_PYTORCHCV]
@@ -157,7 +216,7 @@ def entries(which: str = "real") -> list[Entry]:
 
 def default_dir(which: str = "real") -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "nnmeter" / ("real_set" if which == "real" else "dev_set")
+    return base / "nnmeter" / f"{which}_set"
 
 
 def _file_of(e: Entry, d: Path) -> Path:
@@ -177,6 +236,9 @@ def _build_torch(e: Entry, path: Path) -> None:
 
     import torch
 
+    if e.source.startswith("transformers."):
+        _build_hf(e, path)
+        return
     mod, fn = e.source.rsplit(".", 1)
     torch.manual_seed(0)
     model = getattr(importlib.import_module(mod), fn)(pretrained=False).eval()
@@ -185,6 +247,38 @@ def _build_torch(e: Entry, path: Path) -> None:
     with torch.no_grad():
         torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17,
                           input_names=["input"], output_names=["output"])
+    tmp.replace(path)
+
+
+def _build_hf(e: Entry, path: Path) -> None:
+    """A Hugging Face model from its config (random weights, seed 0), its first output
+    (the last hidden state) exported with ``input_ids`` (1, size) or ``pixel_values``
+    (1, 3, size, size) as its one input. The TorchScript exporter does not pass keyword
+    inputs through, and HF models take them, so a small wrapper names the input."""
+    import torch
+    import transformers
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module, input_name: str) -> None:
+            super().__init__()
+            self.model, self.input_name = model, input_name
+
+        def forward(self, x):
+            return self.model(**{self.input_name: x}, return_dict=False)[0]
+
+    model_cls, config_cls, fields, _, kind, size = _HF[e.name.removeprefix("hf-")]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**fields)
+    model = FirstOutput(getattr(transformers, model_cls)(config).eval(),
+                        "input_ids" if kind == "text" else "pixel_values")
+    gen = torch.Generator().manual_seed(0)
+    if kind == "text":
+        x = torch.randint(0, config.vocab_size, (1, size), generator=gen)
+    else:
+        x = torch.randn(1, config.num_channels, size, size, generator=gen)
+    tmp = path.with_suffix(".part")
+    torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17,
+                      input_names=[model.input_name], output_names=["output"])
     tmp.replace(path)
 
 
@@ -494,9 +588,10 @@ def main() -> int:
     for name in ("build", "measure", "kernels", "report"):
         s = sub.add_parser(name)
         s.add_argument("--dir", default=None, help="where the model files are")
-        s.add_argument("--set", choices=("real", "dev"), default="real",
-                       help="the held-out real-architecture set, or the development set "
-                            "(other pytorchcv models) that design choices are made on")
+        s.add_argument("--set", choices=("real", "dev", "transformers"), default="real",
+                       help="the held-out real-architecture set, the development set "
+                            "(other pytorchcv models) that design choices are made on, or "
+                            "the transformer set (Hugging Face architectures)")
         if name == "build":
             s.add_argument("--only", default=None,
                            help="comma-separated exporters (torch.onnx,caffe2,tflite-converter)")
