@@ -35,13 +35,26 @@ from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
 
 __all__ = [
     "Kernel", "KernelType", "KernelCost", "KERNEL_TYPES", "kernel_type_of",
-    "block_type_of", "bn_equivalent", "kernel_from_nodes", "kernel_cost", "hwc", "FAMILIES",
+    "block_type_of", "bn_equivalent", "kernel_from_nodes", "fallback_config", "kernel_cost",
+    "hwc", "FAMILIES",
 ]
 
 #: Kernel families (modules), for predictors that train one regressor per family.
 FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
             "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "lrn", "matmul", "softmax",
-            "layernorm", "add-layernorm", "other")
+            "layernorm", "add-layernorm", "split-last", "other")
+
+
+def fallback_config(graph, names: Sequence[str], ktype: KernelType) -> tuple[str, object]:
+    """``(type name, config)`` of nodes that ``ktype`` refused: its
+    :attr:`~KernelType.alternative` type where that takes them, else ``other``."""
+    if ktype.alternative:
+        alt = KERNEL_TYPES.get(ktype.alternative)
+        try:
+            return alt.name, alt.config_from_nodes(graph, names)
+        except (StopIteration, ValueError, IndexError, AttributeError):
+            pass
+    return "other", KERNEL_TYPES.get("other").config_from_nodes(graph, names)
 
 
 def kernel_from_nodes(graph, names: Sequence[str], type_name: str | None = None) -> Kernel:
@@ -54,9 +67,9 @@ def kernel_from_nodes(graph, names: Sequence[str], type_name: str | None = None)
     ops = tuple(n.op for n in nodes)
     tname = type_name or kernel_type_of(ops)
     ktype = KERNEL_TYPES.get(tname)
+    names = [n.name for n in nodes]
     try:
-        config = ktype.config_from_nodes(graph, [n.name for n in nodes])
+        config = ktype.config_from_nodes(graph, names)
     except (StopIteration, ValueError, IndexError, AttributeError):
-        tname = "other"
-        config = KERNEL_TYPES.get("other").config_from_nodes(graph, [n.name for n in nodes])
+        tname, config = fallback_config(graph, names, ktype)
     return Kernel(tname, tuple(n.name for n in nodes), ops, config)

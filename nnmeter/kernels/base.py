@@ -286,9 +286,13 @@ class KernelType:
         The frozen config dataclass.
     feature_names : tuple of str
         Names of the entries of :meth:`features`, same order.
+    alternative : str or None
+        The type to try when :meth:`config_from_nodes` refuses the nodes (a ``split``
+        of the last axis is a ``split-last``), before ``other``.
     """
 
     name: str = ""
+    alternative: str | None = None
     family: str = ""
     config_cls: type = object
     feature_names: tuple[str, ...] = ()

@@ -1,5 +1,6 @@
 """The ``split`` kernel: a channel split into several outputs.
-Features: [H, W, CIN, NOUT, bytes].
+Features: [H, W, CIN, NOUT, bytes]. ``split-last``: a split of the last axis of a token
+tensor (rank 3 or more), features [ROWS, D, NOUT, bytes].
 
 Examples
 --------
@@ -11,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ from nnmeter.kernels.base import (
     topo_nodes,
 )
 
-__all__ = ["SplitConfig", "SplitKernel"]
+__all__ = ["SplitConfig", "SplitKernel", "SplitLastConfig", "SplitLastKernel"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class SplitConfig:
 class SplitKernel(KernelType):
     name = "split"
     family = "split"
+    alternative = "split-last"
     config_cls = SplitConfig
     feature_names = ("H", "W", "CIN", "NOUT", "bytes")
 
@@ -67,3 +70,49 @@ class SplitKernel(KernelType):
 
 
 KERNEL_TYPES.register("split", SplitKernel())
+
+
+@dataclass(frozen=True)
+class SplitLastConfig:
+    """``rows`` vectors of ``sum(sizes)`` values cut along the last axis into parts of
+    ``sizes`` (a transformer's fused q, k, v projection split into its three parts)."""
+
+    rows: int
+    sizes: tuple[int, ...]
+
+
+class SplitLastKernel(KernelType):
+    """A split of the last axis of a tensor of rank 3 or more. Features: [ROWS, D, NOUT,
+    bytes]. The partitioner names a split ``split``; a split that cuts the last axis of a
+    token tensor is this type instead (:attr:`SplitKernel.alternative`)."""
+
+    name = "split-last"
+    family = "split-last"
+    config_cls = SplitLastConfig
+    feature_names = ("ROWS", "D", "NOUT", "bytes")
+
+    def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> SplitLastConfig:
+        node = next(n for n in topo_nodes(graph, names) if n.op == "split")
+        shape = node.input_shape
+        if len(shape) < 3 or node.attrs.axis % len(shape) != len(shape) - 1:
+            raise ValueError(f"split {node.name!r} cuts axis {node.attrs.axis} of {shape}, "
+                             f"not the last axis of a token tensor")
+        return SplitLastConfig(rows=int(math.prod(shape[:-1])), sizes=tuple(node.attrs.sizes))
+
+    def _features(self, config: SplitLastConfig) -> list[float]:
+        return [config.rows, sum(config.sizes), len(config.sizes),
+                self.cost(config).memory_bytes]
+
+    def analytic_cost(self, config: SplitLastConfig) -> KernelCost | None:
+        c = config
+        if not (type(c.sizes) is tuple and c.sizes and positive_ints(c.rows, *c.sizes)):
+            return None
+        return KernelCost(flops=0, params=0,
+                          memory_bytes=2 * c.rows * sum(c.sizes) * BUILT_BYTES_PER_ELEMENT)
+
+    def build_graph(self, config: SplitLastConfig, *, validate: bool = True) -> ModelGraph:
+        b = GraphBuilder("split_last", (1, config.rows, sum(config.sizes)))
+        return b.build(b.split(b.x, config.sizes, axis=-1, name="split"), validate=validate)
+
+
+KERNEL_TYPES.register("split-last", SplitLastKernel())

@@ -62,7 +62,7 @@ import networkx as nx
 
 from nnmeter.errors import PartitionError
 from nnmeter.ir.graph import ModelGraph
-from nnmeter.kernels import Kernel, kernel_type_of
+from nnmeter.kernels import Kernel, fallback_config, kernel_type_of
 from nnmeter.kernels._tail import TailKernelType
 from nnmeter.kernels.activation import ActivationKernel
 from nnmeter.kernels.base import KERNEL_TYPES
@@ -518,8 +518,7 @@ def _make_kernels(graph: ModelGraph, view: GraphView, state: _State, order: list
                             configs.clear()
                         configs[key] = config
         except (StopIteration, ValueError, IndexError, AttributeError):
-            tname = "other"
-            config = rules.ktype("other").config_from_nodes(graph, names)
+            tname, config = fallback_config(graph, names, ktype)
         # Kernel._fast(tname, tuple(names), ops, config), written out
         kernel = new(Kernel)
         kernel.__dict__.update(type=tname, nodes=tuple(names), ops=ops, config=config)

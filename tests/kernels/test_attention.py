@@ -94,3 +94,19 @@ def test_a_config_of_the_wrong_type_is_refused():
         KERNEL_TYPES.get("softmax").features(KERNEL_TYPES.get("matmul").config_cls(1, 2, 3, 4))
     with pytest.raises((NNMeterError, ValueError)):
         KERNEL_TYPES.get("matmul").build_graph(KERNEL_TYPES.get("matmul").config_cls(1, 0, 3, 4))
+
+
+def test_a_split_of_the_last_axis_of_tokens_is_split_last():
+    b = GraphBuilder("qkv", (1, 10, 48))
+    g = b.build(b.split(b.x, (16, 16, 16), axis=-1, name="qkv"))
+    k = kernel_from_nodes(g, ["qkv"])
+    assert k.type == "split-last" and (k.config.rows, k.config.sizes) == (10, (16, 16, 16))
+    kt = k.kernel_type
+    assert kt.analytic_cost(k.config) == kernel_cost(kt.build_graph(k.config))
+    # a channel split keeps its own type; a split of H is neither
+    b = GraphBuilder("c", (1, 8, 4, 4))
+    g = b.build(b.split(b.x, (4, 4), axis=1, name="s"))
+    assert kernel_from_nodes(g, ["s"]).type == "split"
+    b = GraphBuilder("h", (1, 8, 4, 4))
+    g = b.build(b.split(b.x, (2, 2), axis=2, name="s"))
+    assert kernel_from_nodes(g, ["s"]).type == "other"
