@@ -8,10 +8,15 @@ What it does, in order:
 3. walks the nodes in topological order. A node whose inputs are all constant
    (initializers, ``Constant``, ``ConstantOfShape``, ``Shape`` of a tensor whose shape
    is known, ...) is evaluated with numpy, so shape-computing chains such as
-   Shape → Gather → Unsqueeze → Concat → Reshape fold away. Every other node maps onto
-   the IR vocabulary (:mod:`nnmeter.ir.ops`), with multi-node patterns recognised
-   (channel shuffle, swish, hswish, erf-GELU, MatMul + bias Add). Ops outside the
-   vocabulary become ``unknown`` nodes with the output shapes from ONNX shape
+   Shape → Gather → Unsqueeze → Concat → Reshape fold away (so do the attention masks,
+   token-type and position ids that transformers build from static shapes). Embedding
+   lookups (a Gather of a constant table by indices computed from integer inputs)
+   become float graph inputs of the lookup's shape (:mod:`.lookups`). Every other node
+   maps onto the IR vocabulary (:mod:`nnmeter.ir.ops`), with multi-node patterns
+   recognised (channel shuffle, swish, hswish, erf- and tanh-GELU, MatMul + bias Add,
+   the decomposed LayerNorm of opsets before 17; a Concat with a constant class token
+   is a pad, a strided Slice splits and reshapes, a Gather by a constant scalar index
+   a split and a reshape). Ops outside the vocabulary become ``unknown`` nodes with the output shapes from ONNX shape
    inference; nothing is dropped except Identity, inference-mode Dropout and the
    QuantizeLinear/DequantizeLinear pairs of QDQ models on activations (counted in
    ``graph.meta["qdq_nodes_removed"]``: the IR describes the float computation).
@@ -19,12 +24,12 @@ What it does, in order:
 
 The package does this in stages, a module each: :mod:`.reader` (the file, input
 shapes, ONNX shape inference, initializers), :mod:`.folding` (constant folding),
-:mod:`.importer` (the walk over the graph) and :mod:`.ops` (one module of op handlers
-per op family, registered on a shared registry).
+:mod:`.lookups` (embedding lookups), :mod:`.importer` (the walk over the graph) and
+:mod:`.ops` (one module of op handlers per op family, registered on a shared registry).
 
 ONNX is NCHW already, which is the IR's canonical layout. IR node names are the ONNX
 node names (made unique, generated as ``<OpType>_<index>`` when empty); graph inputs keep
-their ONNX names.
+their ONNX names, and an embedding lookup's input takes its Gather's node name.
 
 Examples
 --------
