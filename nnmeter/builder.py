@@ -676,7 +676,11 @@ def collect_prior(rules: Any, *, settings: BuildSettings,
                    if t in wanted or getattr(KERNEL_TYPES.get(t), "family", "") in wanted}
         norm = sum(weights.values()) or 1.0
         weights = {t: w / norm for t, w in weights.items()}
-    priors = {t: KernelPrior.from_configs(t, zoo_configs[t]) for t in weights}
+    # a type may name its size fields (a matmul's m, k, n; a layer norm's rows and d);
+    # otherwise they are guessed from their names (cin, cout...)
+    priors = {t: KernelPrior.from_configs(
+        t, zoo_configs[t], channel_fields=getattr(KERNEL_TYPES.get(t), "size_fields", None))
+        for t in weights}
     return SamplingPlan(weights=weights, priors=priors)
 
 

@@ -79,6 +79,7 @@ class MatMulKernel(KernelType):
 
     family = "matmul"
     config_cls = MatMulConfig
+    size_fields = ("m", "k", "n")
     feature_names = ("BATCH", "M", "K", "N", "B_BATCHED", "SCALED", "FLOPs", "bytes")
 
     def __init__(self, scaled: bool) -> None:
@@ -143,6 +144,7 @@ class RowsKernel(KernelType):
     ``add-layernorm`` (a residual add of two computed tensors, then a layer norm)."""
 
     config_cls = RowsConfig
+    size_fields = ("rows", "d")
     feature_names = ("ROWS", "D", "FLOPs", "bytes")
 
     def __init__(self, name: str) -> None:

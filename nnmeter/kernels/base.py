@@ -289,10 +289,15 @@ class KernelType:
     alternative : str or None
         The type to try when :meth:`config_from_nodes` refuses the nodes (a ``split``
         of the last axis is a ``split-last``), before ``other``.
+    size_fields : tuple of str or None
+        The config fields that sampling treats as sizes (drawn from histograms and
+        stepped around by the adaptive rounds, like channel counts); None: guessed from
+        the field names (``cin``, ``cout``...; :func:`nnmeter.sampling.prior.is_channel_field`).
     """
 
     name: str = ""
     alternative: str | None = None
+    size_fields: tuple[str, ...] | None = None
     family: str = ""
     config_cls: type = object
     feature_names: tuple[str, ...] = ()

@@ -89,6 +89,7 @@ class SplitLastKernel(KernelType):
     name = "split-last"
     family = "split-last"
     config_cls = SplitLastConfig
+    size_fields = ("rows",)
     feature_names = ("ROWS", "D", "NOUT", "bytes")
 
     def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> SplitLastConfig:
