@@ -60,9 +60,10 @@ def register(subparsers: Any) -> None:
                         "timing (the zoo's base models and the test cases, loaded once "
                         "each; minutes, no timing noise), starting from the existing "
                         "rules file's patterns; ort-cpu, openvino-cpu, mnn-cpu")
-    p.add_argument("--new-pairs-from", metavar="FAMILY[,FAMILY...]", default=None,
+    p.add_argument("--new-pairs-from", metavar="FAMILY|FILE[,...]", default=None,
                    help="with --from-runtime: only add the pairs that these zoo families' "
-                        "models show and the rules file lacks (e.g. vit,bert,mobilevit for "
+                        "models (or model files) show and the rules file lacks (e.g. "
+                        "vit,bert,mobilevit for "
                         "transformer kernels), decided by the runtime's graph; every "
                         "existing decision stays as it is")
     add_json(p)
@@ -171,10 +172,15 @@ def _run_new_pairs(args: argparse.Namespace, out: Any, base: Any, base_path: Any
     from nnmeter.fusion.runtime import new_pairs_from_models
     from nnmeter.predictors.store import write_atomic
 
+    from nnmeter.frontends import load_model
+
     names = [f.strip() for f in args.new_pairs_from.split(",") if f.strip()]
-    families = [zoo.get_family(f) for f in names]  # an unknown name lists the known ones
     graphs = []
-    for fam in families:
+    for name in names:
+        if Path(name).suffix:  # a model file (.onnx, IR .json, ...)
+            graphs.append(load_model(name))
+            continue
+        fam = zoo.get_family(name)  # an unknown name lists the known ones
         graphs.append(fam.build(fam.base_config()))
         graphs.extend(v.build() for v in zoo.sample_variants(fam.name, 2, seed=0))
     t0 = time.perf_counter()
@@ -183,10 +189,12 @@ def _run_new_pairs(args: argparse.Namespace, out: Any, base: Any, base_path: Any
                                               graphs)
     data = json.loads(base_path.read_text()) if base_path else {}
     data.update(rules.to_dict())
-    data.setdefault("runtime_rules", {})["new_pairs"] = {
+    runs = data.setdefault("runtime_rules", {}).get("new_pairs") or []
+    runs = [runs] if isinstance(runs, dict) else list(runs)  # one run per call, appended
+    data["runtime_rules"]["new_pairs"] = runs + [{
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
-        "added": sorted(report)}
+        "added": sorted(report)}]
     write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
     if args.json:
         emit_json({"out": str(out), "added": report})

@@ -1,5 +1,6 @@
 """Kernels of transformer layers: batched ``matmul`` (with its scale, ``matmul-scale``),
-``softmax``, ``layernorm`` and the residual ``add-layernorm``.
+``softmax``, ``layernorm`` and ``add-layernorm`` (a residual add, or the constant
+position embedding of an encoder's input, then a layer norm).
 
 The rest of a transformer layer are kernels of existing types: its linear layers are
 ``fc`` kernels over (tokens, features) rows, GELU is the ``gelu`` activation, the
@@ -141,7 +142,8 @@ class RowsConfig:
 
 class RowsKernel(KernelType):
     """Row-wise kernels over the last axis: ``softmax``, ``layernorm`` and
-    ``add-layernorm`` (a residual add of two computed tensors, then a layer norm)."""
+    ``add-layernorm`` (an add, then a layer norm; its single-kernel graph adds two
+    inputs: a constant operand of the same size reads as many bytes)."""
 
     config_cls = RowsConfig
     size_fields = ("rows", "d")
@@ -165,10 +167,6 @@ class RowsKernel(KernelType):
         if len(shape) < 1 or axis not in (-1, len(shape) - 1):
             raise ValueError(f"{last.op} {last.name!r} normalises axis {axis} of {shape}, "
                              f"not the last one")
-        if self.ops[0] == "add":
-            add = nodes[0]
-            if add.attrs.const_shape is not None or len({r.node for r in add.inputs}) < 2:
-                raise ValueError(f"add {add.name!r} does not add two computed tensors")
         return RowsConfig(rows=int(math.prod(shape[:-1])), d=int(shape[-1]))
 
     def _features(self, config: RowsConfig) -> list[float]:

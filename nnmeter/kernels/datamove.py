@@ -2,7 +2,8 @@
 
 Backends often elide reshape/flatten/identity (a view, no copy); the partitioner then
 folds them into the producing kernel per the fusion rules, and only the ones that
-stand alone become kernels of these types. Features: [elements, rank_in, rank_out, bytes].
+stand alone become kernels of these types. Features: [elements, rank_in, rank_out, bytes];
+a transpose adds which axes move (:class:`TransposeKernel`).
 
 Examples
 --------
@@ -26,7 +27,7 @@ from nnmeter.kernels.base import (
     topo_nodes,
 )
 
-__all__ = ["MoveConfig", "DataMoveKernel", "DATA_MOVE_OPS"]
+__all__ = ["MoveConfig", "DataMoveKernel", "TransposeKernel", "DATA_MOVE_OPS", "contiguous_run"]
 
 DATA_MOVE_OPS = ("reshape", "flatten", "transpose", "identity")
 
@@ -90,6 +91,38 @@ class DataMoveKernel(KernelType):
         return b.build([y], validate=validate)
 
 
+def contiguous_run(shape: Sequence[int], perm: Sequence[int]) -> int:
+    """Elements that a transpose of ``shape`` by ``perm`` still copies as one contiguous
+    run: the product of the trailing axes that ``perm`` leaves in place (1 when the last
+    axis moves, every element then being gathered on its own).
+
+    >>> contiguous_run((1, 197, 3, 64), (0, 2, 1, 3)), contiguous_run((1, 3, 197, 64), (0, 1, 3, 2))
+    (64, 1)
+    """
+    run = 1
+    for i in range(len(perm) - 1, -1, -1):
+        if perm[i] != i:
+            break
+        run *= int(shape[i])
+    return run
+
+
+class TransposeKernel(DataMoveKernel):
+    """A transpose: its time depends on which axes move, not only on how many elements
+    there are. A head split (1, L, H, dh) -> (1, H, L, dh) copies runs of dh floats; a
+    key transpose that moves the last axis gathers every element alone, several times
+    slower. Features: [elements, rank_in, rank_out, bytes, RUN, IN_LAST, OUT_LAST]:
+    RUN is :func:`contiguous_run`, IN_LAST and OUT_LAST the last axis before and after."""
+
+    feature_names = DataMoveKernel.feature_names + ("RUN", "IN_LAST", "OUT_LAST")
+
+    def _features(self, config: MoveConfig) -> list[float]:
+        c = config
+        perm = c.perm or tuple(range(len(c.in_shape)))[::-1]
+        return [*super()._features(c), contiguous_run(c.in_shape, perm),
+                c.in_shape[-1] if c.in_shape else 1, c.out_shape[-1] if c.out_shape else 1]
+
+
 for _op in DATA_MOVE_OPS:
-    KERNEL_TYPES.register(_op, DataMoveKernel(_op))
+    KERNEL_TYPES.register(_op, TransposeKernel(_op) if _op == "transpose" else DataMoveKernel(_op))
 del _op
