@@ -7,10 +7,19 @@ one ``tf.function``; its concrete function goes through
 ~5x slower to convert, and a Keras 3 model through concrete functions keeps its
 weights as variables and outputs NaN). TensorFlow is imported lazily, once.
 
-Layout: rank-4 tensors are NHWC inside the model (TFLite's native layout), converted
-through :mod:`nnmeter.ir.layout`. Reshape, flatten, rank-4 fc/matmul/layernorm keep
-the canonical (NCHW) element order by transposing around the op when the tensor's
-element order differs between the layouts, so the model computes what the IR says.
+Layout: each rank-4 tensor is held in the layout a native model would use (see
+:func:`tensor_layouts`). Images (tensors that conv, pooling, bn, resize, lrn,
+channelshuffle or a pad of H/W read or write, and tensors joined to them through
+per-element ops, concat, split, softmax) are NHWC, TFLite's native layout for images,
+converted through :mod:`nnmeter.ir.layout`. Every other rank-4 tensor (attention
+tensors (1, heads, L, dh), rank-4 views of tokens) keeps the canonical (NCHW) order,
+so a transformer's reshapes, transposes, batched matmuls and softmax export as
+written, with no added TRANSPOSE. Conversions are added only where an op needs the
+other order: a reshape or flatten whose element order differs between the layouts
+(an image becoming tokens, or back), and an fc / matmul / layernorm reading an image.
+An IR transpose is always one TRANSPOSE (or none), its permutation composed with the
+layout change on either side. Graph inputs and outputs of rank 4 are held the same
+way: an image input is fed as NHWC, a rank-4 input that is not an image as NCHW.
 
 Padding: a conv or pool whose IR pads give the same output size as TensorFlow's
 ``SAME`` is exported with ``SAME`` (as TFLite models from Keras are); TF puts the odd
@@ -51,6 +60,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +70,7 @@ from nnmeter.errors import ExportError, UnsupportedOpError
 from nnmeter.ir import layout
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 
-__all__ = ["export_tflite", "SUPPORTED_OPS", "tf_name"]
+__all__ = ["export_tflite", "SUPPORTED_OPS", "tensor_layouts", "tf_name", "NHWC", "NCHW"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,14 +165,168 @@ def _weights(node: Node, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {}
 
 
+# ------------------------------------------------------------------ layout decision
+#: held layouts of a rank-4 tensor, as ``tensor_layouts`` reports them
+NHWC, NCHW = "NHWC", "NCHW"
+
+#: Ops whose rank-4 operands are image planes, computed by TFLite's NHWC kernels.
+_SPATIAL_OPS = frozenset({"conv", "dwconv", "convtranspose", "maxpool", "avgpool", "gap",
+                          "lrn", "resize", "channelshuffle", "bn"})
+#: Ops computed on the canonical element order: a rank-4 operand held as NHWC is
+#: converted, and so is the output when the tensor is held as NHWC.
+_CANONICAL_OPS = frozenset({"fc", "matmul", "layernorm"})
+#: Ops that read one layout and write another at no extra cost (a transpose composes
+#: the layout change into its permutation; a reshape needs the canonical element order
+#: only on a side whose element order differs between the layouts).
+_REORDER_OPS = frozenset({"reshape", "flatten", "transpose"})
+
+
+def _role(node: Node) -> str:
+    """How ``node`` constrains the layout of its rank-4 operands.
+
+    ``"spatial"`` (NHWC), ``"canonical"`` (NCHW), ``"reorder"`` (input and output
+    layouts independent) or ``"same"``: computed in whichever layout its rank-4 operands
+    share (activations, arithmetic, concat, split, softmax, a pad of N/C, a reducemean
+    that keeps rank 4, identity).
+    """
+    op = node.op
+    in_rank = len(node.input_shapes[0]) if node.input_shapes else 0
+    if op in _SPATIAL_OPS:
+        return "spatial" if in_rank == 4 else "same"
+    if op == "pad" and in_rank == 4:
+        pads = node.attrs.pads
+        return "spatial" if any(pads[i] or pads[i + 4] for i in (2, 3)) else "same"
+    if op == "reducemean" and in_rank == 4 and len(node.output_shapes[0]) != 4:
+        return "canonical"           # dropping axes changes rank: reduce in canonical order
+    if op in _CANONICAL_OPS:
+        return "canonical"
+    if op in _REORDER_OPS:
+        return "reorder"
+    return "same"
+
+
+def _decide(graph: ModelGraph) -> dict[Ref, tuple[int, ...]]:
+    """Held permutation of every tensor that is not held in canonical order.
+
+    A tensor ``t`` is held in the file as ``t_canonical.transpose(perm)``. Rank-4
+    tensors are NHWC (:data:`layout.NCHW_TO_NHWC`) when they belong, through ``same``
+    ops, to a group that a spatial op reads or writes; all other tensors stay
+    canonical. A group that no spatial op touches costs no conversion when
+    canonical: its canonical ops need that order, reshapes keep it, and transposes
+    absorb any layout change. So a CNN holds every activation as NHWC (as TFLite
+    models do), while attention tensors (1, heads, L, dh) keep their own order.
+
+    One more case: a reshape of an NHWC image (N, C, H, W) to (N, C, H*W) whose only
+    reader is a transpose (0, 2, 1) to tokens (N, H*W, C) (a ViT patch embedding) holds
+    its output as (N, H*W, C): the reshape then reads the NHWC image directly and the
+    transpose is free, as in a natively written model.
+    """
+    nodes = graph.topological_nodes()
+    parent: dict[Ref, Ref] = {}
+
+    def find(r: Ref) -> Ref:
+        root = r
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while r != root:
+            parent[r], r = root, parent.get(r, r)
+        return root
+
+    def rank4(refs: Sequence[Ref], shapes: Sequence[Sequence[int]]) -> list[Ref]:
+        return [r for r, s in zip(refs, shapes) if len(s) == 4]
+
+    spatial: set[Ref] = set()
+    for node in nodes:
+        if node.op == "input":
+            continue
+        outs = [Ref(node.name, i) for i in range(len(node.output_shapes))]
+        refs = (rank4(node.inputs, node.input_shapes)
+                + rank4(outs, node.output_shapes))
+        role = _role(node)
+        if role == "same":
+            roots = [find(r) for r in refs]
+            for other in roots[1:]:
+                if other != roots[0]:
+                    parent[other] = roots[0]
+        elif role == "spatial":
+            spatial.update(refs)
+    spatial_roots = {find(r) for r in spatial}
+    held: dict[Ref, tuple[int, ...]] = {}
+    for node in nodes:
+        for i, shape in enumerate(node.output_shapes):
+            ref = Ref(node.name, i)
+            if len(shape) == 4 and find(ref) in spatial_roots:
+                held[ref] = layout.NCHW_TO_NHWC
+    for node in nodes:
+        if _is_patch_tokens(graph, node, held):
+            held[Ref(node.name, 0)] = (0, 2, 1)
+    return held
+
+
+def _is_patch_tokens(graph: ModelGraph, node: Node, held: dict[Ref, tuple[int, ...]]) -> bool:
+    """A reshape of an NHWC image to (N, C, H*W) read only by a transpose to tokens."""
+    if node.op not in ("reshape", "flatten") or held.get(node.inputs[0]) != layout.NCHW_TO_NHWC:
+        return False
+    n, c, h, w = node.input_shapes[0]
+    ref = Ref(node.name, 0)
+    readers = graph.consumers(ref)
+    if tuple(node.output_shapes[0]) != (n, c, h * w) or ref in graph.outputs or len(readers) != 1:
+        return False
+    reader = graph[readers[0]]
+    return reader.op == "transpose" and tuple(reader.attrs.perm) == (0, 2, 1)
+
+
+def tensor_layouts(graph: ModelGraph) -> dict[Ref, str]:
+    """The layout, ``"NHWC"`` or ``"NCHW"``, in which the exported model holds each
+    rank-4 tensor of ``graph`` (graph inputs and outputs included: that is the shape a
+    caller feeds and reads).
+
+    Rank-4 tensors that image ops (conv, pooling, bn, resize, ...) read or write, and
+    those joined to them through per-element ops, are NHWC; the others (attention
+    tensors, rank-4 views of token tensors) keep the canonical NCHW order.
+
+    Raises
+    ------
+    UnsupportedOpError
+        If the graph holds an op that has no TFLite export.
+
+    Examples
+    --------
+    >>> from nnmeter.ir.builder import GraphBuilder
+    >>> b = GraphBuilder("g", (1, 4, 8, 8))
+    >>> tokens = b.transpose(b.reshape(b.conv(b.x, 8), (1, 8, 64)), (0, 2, 1))  # (1, 64, 8)
+    >>> heads = b.transpose(b.reshape(tokens, (1, 64, 2, 4)), (0, 2, 1, 3))    # (1, 2, 64, 4)
+    >>> g = b.build([b.softmax(heads, -1)])
+    >>> {ref.node: held for ref, held in tensor_layouts(g).items()}
+    {'input': 'NHWC', 'conv_1': 'NHWC', 'reshape_2': 'NCHW', 'transpose_2': 'NCHW', \
+'softmax_1': 'NCHW'}
+    """
+    graph = _check(graph)
+    held = _decide(graph)
+    return {Ref(n.name, i): NHWC if held.get(Ref(n.name, i)) == layout.NCHW_TO_NHWC else NCHW
+            for n in graph.topological_nodes()
+            for i, s in enumerate(n.output_shapes) if len(s) == 4}
+
+
 # ------------------------------------------------------------------ layout helpers
-def _to_canon(tf: Any, x: Any, shape: Sequence[int]) -> Any:
-    """The canonical-layout view of ``x`` (whose canonical shape is ``shape``)."""
-    return tf.transpose(x, layout.NHWC_TO_NCHW) if len(shape) == 4 else x
+def _identity_perm(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank))
 
 
-def _from_canon(tf: Any, x: Any, shape: Sequence[int], name: str | None = None) -> Any:
-    return tf.transpose(x, layout.NCHW_TO_NHWC, name=name) if len(shape) == 4 else x
+def _inverse(perm: Sequence[int]) -> tuple[int, ...]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def _reorder(tf: Any, x: Any, src: Sequence[int], dst: Sequence[int],
+             name: str | None = None) -> Any:
+    """``x`` held as ``canonical.transpose(src)``, re-held as ``canonical.transpose(dst)``."""
+    perm = layout.compose_perms(_inverse(src), dst)
+    if perm == _identity_perm(len(perm)):
+        return x if name is None else tf.identity(x, name=name)
+    return tf.transpose(x, list(perm), name=name)
 
 
 def _nhwc_const(c: np.ndarray, act_rank: int) -> np.ndarray:
@@ -203,11 +367,28 @@ def _spatial_padding(h: int, w: int, kernel: Sequence[int], stride: Sequence[int
 
 
 # ------------------------------------------------------------------ op emitters
-# Each emitter gets (tf, node, inputs, weights, name) and returns a list of outputs.
-Emitter = Callable[[Any, Node, list, dict, str], list]
+@dataclass(frozen=True)
+class _IO:
+    """Held permutations of an emitter's inputs (as given to it) and of its outputs (as
+    it must write them): a tensor is held as ``canonical.transpose(perm)``."""
+
+    ins: tuple[tuple[int, ...], ...]
+    outs: tuple[tuple[int, ...], ...]
+
+    @property
+    def nhwc(self) -> bool:
+        """Whether the (first) output is a rank-4 tensor held as NHWC."""
+        return self.outs[0] == layout.NCHW_TO_NHWC
 
 
-def _conv(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+# Each emitter gets (tf, node, inputs, weights, name, io) and returns a list of outputs.
+# The driver converts the inputs of spatial and canonical ops to the layout they compute
+# in and converts their outputs to the held layout; "same" and "reorder" emitters read
+# ``io`` themselves.
+Emitter = Callable[[Any, Node, list, dict, "str | None", _IO], list]
+
+
+def _conv(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     a = node.attrs
     x = xs[0]
     _, _, h, w = node.input_shapes[0]
@@ -265,9 +446,9 @@ def _convtranspose(tf: Any, node: Node, x: Any, wts: dict, name: str) -> Any:
     return tf.identity(y, name=name)
 
 
-def _fc(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _fc(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     shape = node.input_shapes[0]
-    x = _to_canon(tf, xs[0], shape)
+    x = xs[0]
     wt = tf.constant(wts["w"])
     if len(shape) == 2:
         y = tf.matmul(x, wt)
@@ -276,11 +457,11 @@ def _fc(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
         y = tf.matmul(y, wt)
         y = tf.reshape(y, list(shape[:-1]) + [node.attrs.out_features])
     if "b" in wts:
-        y = tf.nn.bias_add(y, tf.constant(wts["b"]), name=None if len(shape) == 4 else name)
-    return [_from_canon(tf, y, node.output_shapes[0], name=name)]
+        y = tf.nn.bias_add(y, tf.constant(wts["b"]), name=name)
+    return [y]
 
 
-def _bn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _bn(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     shape = node.input_shapes[0]
     scale, shift = wts["scale"], wts["shift"]
     if len(shape) == 3:           # (N, C, L): channel axis 1
@@ -290,7 +471,7 @@ def _bn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
 
 
 def _activation(kind: str) -> Emitter:
-    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
         x = xs[0]
         if kind == "relu":
             return [tf.nn.relu(x, name=name)]
@@ -315,7 +496,7 @@ def _activation(kind: str) -> Emitter:
     return emit
 
 
-def _clip(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _clip(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     lo, hi = node.attrs.min_value, node.attrs.max_value
     x = xs[0]
     if (lo, hi) == (0.0, 6.0):
@@ -332,8 +513,11 @@ def _clip(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
 def _binary(kind: str) -> Emitter:
     fns = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
 
-    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+    def emit(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
         fn = getattr(tf.math, fns[kind])
+        if not io.nhwc:             # canonical order: numpy broadcasting as in the IR
+            operands = [xs[0], tf.constant(wts["c"])] if "c" in wts else xs[:2]
+            return [fn(*operands, name=name)]
         out_rank = len(node.output_shapes[0])
         if "c" in wts:
             c = tf.constant(_nhwc_const(wts["c"], out_rank))
@@ -345,25 +529,27 @@ def _binary(kind: str) -> Emitter:
     return emit
 
 
-def _matmul(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
-    a = _to_canon(tf, xs[0], node.input_shapes[0])
-    b = _to_canon(tf, xs[1], node.input_shapes[1])
-    y = tf.matmul(a, b, name=None if len(node.output_shapes[0]) == 4 else name)
-    return [_from_canon(tf, y, node.output_shapes[0], name=name)]
+def _matmul(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    return [tf.matmul(xs[0], xs[1], name=name)]
 
 
-def _concat(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _concat(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     rank = len(node.output_shapes[0])
-    return [tf.concat(xs, axis=layout.nchw_to_nhwc_axis(node.attrs.axis, rank), name=name)]
+    return [tf.concat(xs, axis=_held_axis(node.attrs.axis, rank, io), name=name)]
 
 
-def _split(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _split(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     rank = len(node.input_shapes[0])
-    axis = layout.nchw_to_nhwc_axis(node.attrs.axis, rank)
+    axis = _held_axis(node.attrs.axis, rank, io)
     return list(tf.split(xs[0], list(node.attrs.sizes), axis=axis, name=name))
 
 
-def _channelshuffle(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _held_axis(axis: int, rank: int, io: _IO) -> int:
+    """The file's axis of a canonical ``axis`` of a rank-``rank`` operand of ``io``'s layout."""
+    return layout.nchw_to_nhwc_axis(axis, rank) if io.nhwc else axis % rank
+
+
+def _channelshuffle(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     n, c, h, w = node.input_shapes[0]
     g = node.attrs.groups
     y = tf.reshape(xs[0], [n, h, w, g, c // g])
@@ -371,7 +557,7 @@ def _channelshuffle(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list
     return [tf.reshape(y, [n, h, w, c], name=name)]
 
 
-def _pool(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _pool(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     a = node.attrs
     _, _, h, w = node.input_shapes[0]
     padding, explicit = _spatial_padding(h, w, a.kernel, a.stride, (1, 1), a.pads,
@@ -384,53 +570,66 @@ def _pool(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
     return [fn(x, list(a.kernel), list(a.stride), padding, name=name)]
 
 
-def _gap(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _gap(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     return [tf.reduce_mean(xs[0], axis=[1, 2], keepdims=node.attrs.keepdims, name=name)]
 
 
-def _reduce(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
-    shape = node.input_shapes[0]
-    rank = len(shape)
+def _reduce(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    rank = len(node.input_shapes[0])
     axes = list(node.attrs.axes) or list(range(rank))
-    out = node.output_shapes[0]
-    if rank == 4 and not node.attrs.keepdims and len(out) != 4:
-        # Dropping axes changes rank: reduce in the canonical order to keep semantics.
-        return [tf.reduce_mean(_to_canon(tf, xs[0], shape), axis=axes, keepdims=False, name=name)]
-    return [tf.reduce_mean(xs[0], axis=list(layout.nchw_to_nhwc_axes(axes, rank)),
-                           keepdims=node.attrs.keepdims, name=name)]
+    if io.nhwc:
+        axes = list(layout.nchw_to_nhwc_axes(axes, rank))
+    # A reducemean that drops axes of a rank-4 input is a canonical op (see _role).
+    return [tf.reduce_mean(xs[0], axis=axes, keepdims=node.attrs.keepdims, name=name)]
 
 
-def _reshape_to(tf: Any, x: Any, in_shape: Sequence[int], out_shape: Sequence[int],
-                name: str) -> Any:
-    if layout.same_element_order(in_shape) and layout.same_element_order(out_shape):
-        return tf.reshape(x, list(layout.nchw_to_nhwc_shape(out_shape)), name=name)
-    y = tf.reshape(_to_canon(tf, x, in_shape), list(out_shape),
-                   name=None if len(out_shape) == 4 else name)
-    return _from_canon(tf, y, out_shape, name=name)
+def _held_shape(shape: Sequence[int], perm: Sequence[int]) -> list[int]:
+    return [int(shape[i]) for i in perm]
 
 
-def _reshape(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
-    return [_reshape_to(tf, xs[0], node.input_shapes[0], node.output_shapes[0], name)]
+def _reshape(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    """A reshape works on the canonical element order: a side held in another order is
+    transposed, unless its elements lie in the same order either way."""
+    in_shape, out_shape = node.input_shapes[0], node.output_shapes[0]
+    src, dst = io.ins[0], io.outs[0]
+    canon_in, canon_out = _identity_perm(len(src)), _identity_perm(len(dst))
+    in_ok = src == canon_in or layout.same_element_order(in_shape)
+    out_ok = dst == canon_out or layout.same_element_order(out_shape)
+    if (in_ok and out_ok) or dst == (0, 2, 1):
+        # (0, 2, 1): a ViT patch embedding, the NHWC image read straight as tokens
+        return [tf.reshape(xs[0], _held_shape(out_shape, dst), name=name)]
+    x = xs[0] if src == canon_in else _reorder(tf, xs[0], src, canon_in)
+    if dst == canon_out:
+        return [tf.reshape(x, list(out_shape), name=name)]
+    return [_reorder(tf, tf.reshape(x, list(out_shape)), canon_out, dst, name=name)]
 
 
-def _transpose(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _transpose(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    """One TRANSPOSE whose permutation composes the layout change of both sides (none
+    at all when that composition is the identity)."""
     shape = node.input_shapes[0]
     perm = tuple(node.attrs.perm) or tuple(reversed(range(len(shape))))
-    return [tf.transpose(xs[0], list(layout.nchw_to_nhwc_perm(perm)), name=name)]
+    total = layout.compose_perms(layout.compose_perms(_inverse(io.ins[0]), perm), io.outs[0])
+    if total == _identity_perm(len(total)):
+        return [tf.identity(xs[0], name=name)]
+    return [tf.transpose(xs[0], list(total), name=name)]
 
 
-def _pad(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _pad(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     a = node.attrs
     modes = {"constant": "CONSTANT", "reflect": "REFLECT", "symmetric": "SYMMETRIC"}
     if a.mode not in modes:
         raise UnsupportedOpError(
             f"pad {node.name!r}: mode {a.mode!r} has no TFLite op; allowed: {sorted(modes)}"
         )
-    return [tf.pad(xs[0], layout.nchw_to_nhwc_pads(a.pads), mode=modes[a.mode],
-                   constant_values=a.value, name=name)]
+    pads = [int(v) for v in a.pads]
+    rank = len(pads) // 2
+    paddings = (layout.nchw_to_nhwc_pads(pads) if io.nhwc
+                else [[pads[i], pads[i + rank]] for i in range(rank)])
+    return [tf.pad(xs[0], paddings, mode=modes[a.mode], constant_values=a.value, name=name)]
 
 
-def _resize(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _resize(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     method = {"nearest": "nearest", "linear": "bilinear", "bilinear": "bilinear"}.get(
         node.attrs.mode)
     if method is None:
@@ -441,14 +640,14 @@ def _resize(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
     return [tf.identity(y, name=name)]
 
 
-def _softmax(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _softmax(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     rank = len(node.input_shapes[0])
-    return [tf.nn.softmax(xs[0], axis=layout.nchw_to_nhwc_axis(node.attrs.axis, rank), name=name)]
+    return [tf.nn.softmax(xs[0], axis=_held_axis(node.attrs.axis, rank, io), name=name)]
 
 
-def _layernorm(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _layernorm(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     shape = node.input_shapes[0]
-    x = _to_canon(tf, xs[0], shape)
+    x = xs[0]
     axis = node.attrs.axis % len(shape)
     axes = list(range(axis, len(shape)))
     mean = tf.reduce_mean(x, axis=axes, keepdims=True)
@@ -456,11 +655,10 @@ def _layernorm(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
     var = tf.reduce_mean(tf.square(centred), axis=axes, keepdims=True)
     y = centred * tf.math.rsqrt(var + node.attrs.epsilon)
     y = y * tf.constant(wts["gamma"])
-    y = tf.add(y, tf.constant(wts["beta"]), name=None if len(shape) == 4 else name)
-    return [_from_canon(tf, y, shape, name=name)]
+    return [tf.add(y, tf.constant(wts["beta"]), name=name)]
 
 
-def _lrn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _lrn(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     a = node.attrs
     if a.size % 2 == 0:
         raise UnsupportedOpError(
@@ -473,7 +671,7 @@ def _lrn(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
         name=name)]
 
 
-def _identity(tf: Any, node: Node, xs: list, wts: dict, name: str) -> list:
+def _identity(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
     return [xs[0]]
 
 
@@ -516,25 +714,65 @@ def _check(graph: ModelGraph) -> ModelGraph:
     return graph
 
 
+def _emit_node(tf: Any, node: Node, xs: list, held_in: list[tuple[int, ...]],
+               held_out: list[tuple[int, ...]], wts: dict,
+               convert: Callable[[int, tuple[int, ...]], Any]) -> list:
+    """Emit one node: convert its inputs to the layout its op computes in, run the
+    emitter, convert its outputs to their held layouts; the last op of port 0 is
+    named after the node."""
+    role = _role(node)
+    name = tf_name(node.name)
+    if role in ("spatial", "canonical"):
+        want = layout.NCHW_TO_NHWC if role == "spatial" else (0, 1, 2, 3)
+        want_in = [want if len(p) == 4 else p for p in held_in]
+        made = [want if len(p) == 4 else p for p in held_out]
+    else:
+        # "same": every rank-4 operand shares its group's layout (see _decide);
+        # "reorder": the emitter reads and writes the held layouts itself
+        want_in, made = list(held_in), list(held_out)
+    xs = [x if w == h else convert(i, w) for i, (x, h, w) in enumerate(zip(xs, held_in, want_in))]
+    last_name = name if made[0] == held_out[0] else None
+    outs = _EMITTERS[node.op](tf, node, xs, wts, last_name, _IO(tuple(want_in), tuple(made)))
+    return [y if m == h else _reorder(tf, y, m, h, name=name if port == 0 else None)
+            for port, (y, m, h) in enumerate(zip(outs, made, held_out))]
+
+
 def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[Node]]:
     tf = _tf()
     rng = np.random.default_rng(seed)
     nodes = graph.topological_nodes()
     inputs = [n for n in nodes if n.op == "input"]
     weights = {n.name: _weights(n, rng) for n in nodes if n.op != "input"}
+    held = _decide(graph)
+
+    def held_perm(ref: Ref) -> tuple[int, ...]:
+        return held.get(ref, _identity_perm(len(graph.shape_of(ref))))
+
     specs = [
-        tf.TensorSpec(layout.nchw_to_nhwc_shape(n.output_shape),
+        tf.TensorSpec(_held_shape(n.output_shape, held_perm(Ref(n.name, 0))),
                       tf.as_dtype(n.attrs.dtype), name=tf_name(n.name))
         for n in inputs
     ]
 
     def model_fn(*args: Any) -> dict[str, Any]:
         values: dict[Ref, Any] = {Ref(n.name, 0): a for n, a in zip(inputs, args)}
+        # A tensor converted once serves every op that needs it in that layout.
+        converted: dict[tuple[Ref, tuple[int, ...]], Any] = {}
         for node in nodes:
             if node.op == "input":
                 continue
+            held_in = [held_perm(r) for r in node.inputs]
+            held_out = [held_perm(Ref(node.name, i)) for i in range(len(node.output_shapes))]
+
+            def convert(i: int, want: tuple[int, ...], node: Node = node,
+                        held_in: list = held_in) -> Any:
+                key = (node.inputs[i], want)
+                if key not in converted:
+                    converted[key] = _reorder(tf, values[node.inputs[i]], held_in[i], want)
+                return converted[key]
+
             xs = [values[r] for r in node.inputs]
-            outs = _EMITTERS[node.op](tf, node, xs, weights[node.name], tf_name(node.name))
+            outs = _emit_node(tf, node, xs, held_in, held_out, weights[node.name], convert)
             for port, y in enumerate(outs):
                 values[Ref(node.name, port)] = y
         return {_output_key(ref): values[ref] for ref in graph.outputs}

@@ -11,30 +11,35 @@ import numpy as np
 import pytest
 
 from nnmeter.errors import ExportError, UnsupportedOpError
-from nnmeter.exporters.tflite import SUPPORTED_OPS, _spatial_padding, export_tflite, tf_name
+from nnmeter.exporters.tflite import (
+    NHWC, SUPPORTED_OPS, _spatial_padding, export_tflite, tensor_layouts, tf_name,
+)
 from nnmeter.ir import layout
 from nnmeter.ir.builder import GraphBuilder
-from nnmeter.ir.graph import ModelGraph
+from nnmeter.ir.graph import ModelGraph, Ref
 from nnmeter.ir.ops import ClipAttrs, LRNAttrs, MatMulAttrs, ReduceAttrs, UnknownAttrs
 
 
-def _run(path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run a .tflite file through its signature; NCHW in, NCHW out."""
+def _run(path, inputs: dict[str, np.ndarray], graph: ModelGraph) -> dict[str, np.ndarray]:
+    """Run a .tflite file through its signature; canonical (NCHW) in and out, each rank-4
+    input and output converted from the layout the exporter holds it in."""
     from ai_edge_litert.interpreter import Interpreter
 
+    held = tensor_layouts(graph)
     interp = Interpreter(model_path=str(path))
     runner = interp.get_signature_runner()
-    feeds = {k: layout_in(v) for k, v in inputs.items()}
+    feeds = {k: layout_in(v, held.get(Ref(k, 0))) for k, v in inputs.items()}
     outs = runner(**feeds)
-    return {k: layout_out(v) for k, v in outs.items()}
+    names = {tf_name(r.node if r.port == 0 else f"{r.node}_{r.port}"): r for r in graph.outputs}
+    return {k: layout_out(v, held.get(names[k])) for k, v in outs.items()}
 
 
-def layout_in(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.transpose(layout.NCHW_TO_NHWC)) if x.ndim == 4 else x
+def layout_in(x: np.ndarray, held: str | None = NHWC) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(layout.NCHW_TO_NHWC)) if held == NHWC else x
 
 
-def layout_out(y: np.ndarray) -> np.ndarray:
-    return y.transpose(layout.NHWC_TO_NCHW) if y.ndim == 4 else y
+def layout_out(y: np.ndarray, held: str | None = NHWC) -> np.ndarray:
+    return y.transpose(layout.NHWC_TO_NCHW) if held == NHWC else y
 
 
 def _random_inputs(graph: ModelGraph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -162,7 +167,7 @@ def test_op_exports_runs_and_matches_ir_shapes(tmp_path, case):
     g = ONE_OP[case]
     path = export_tflite(g, tmp_path / f"{case}.tflite")
     assert path.exists() and path.stat().st_size > 0
-    outs = _run(path, _random_inputs(g))
+    outs = _run(path, _random_inputs(g), g)
     want = {tf_name(r.node if r.port == 0 else f"{r.node}_{r.port}"): g.shape_of(r)
             for r in g.outputs}
     assert {k: v.shape for k, v in outs.items()} == want
@@ -186,7 +191,7 @@ def test_layout_sensitive_ops_compute_what_the_ir_says(tmp_path):
     sm = b.softmax(x, axis=1, name="sm")
     g = b.build([t, f, r, c, cs, p, sm])
     xv = np.random.default_rng(1).standard_normal((1, 4, 3, 5)).astype(np.float32)
-    out = _run(export_tflite(g, tmp_path / "layout.tflite"), {"input": xv})
+    out = _run(export_tflite(g, tmp_path / "layout.tflite"), {"input": xv}, g)
     e = np.exp(xv - xv.max(axis=1, keepdims=True))
     ref = {
         "t": xv.transpose(0, 3, 1, 2),
@@ -208,7 +213,7 @@ def test_clip_and_constant_operands_are_exact(tmp_path):
     y = b.add("clip", [b.x], ClipAttrs(-0.25, 0.5), name="y")
     g = b.build([y])
     xv = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 3, 2, 2)
-    out = _run(export_tflite(g, tmp_path / "clip.tflite"), {"input": xv})
+    out = _run(export_tflite(g, tmp_path / "clip.tflite"), {"input": xv}, g)
     np.testing.assert_allclose(out["y"], np.clip(xv, -0.25, 0.5))
 
 
@@ -248,7 +253,7 @@ def test_int8_export_is_fully_quantized(tmp_path):
     y = b.add_(y, b.relu(b.bn(b.conv(y, 16, 3))))
     g = b.build([b.fc(b.gap(y, keepdims=False), 10)])
     path = export_tflite(g, tmp_path / "q.tflite", quantize="int8", representative_samples=4)
-    out = _run(path, _random_inputs(g))
+    out = _run(path, _random_inputs(g), g)
     (value,) = out.values()
     assert value.shape == (1, 10) and value.dtype == np.float32 and np.isfinite(value).all()
     back = load_tflite(path)
@@ -270,3 +275,71 @@ def test_unsupported_op_setting_raises_before_converting(tmp_path):
     with pytest.raises(UnsupportedOpError, match="odd"):
         export_tflite(g, tmp_path / "lrn.tflite")
     assert not (tmp_path / "lrn.tflite").exists()
+
+
+# ------------------------------------------------------------------ per-tensor layouts
+def _image_attention_image() -> ModelGraph:
+    """Weight-free: an image pooled, turned into tokens (as a ViT patch embedding), one
+    attention core with 2 heads and an additive rank-4 mask input, and back to an image
+    added to the pooled one (as a MobileViT fold)."""
+    b = GraphBuilder("img_attn", (1, 8, 4, 6), input_name="image")
+    mask = b.input("mask", (1, 2, 6, 6))
+    pooled = b.maxpool(b.x, 2, name="pool")                              # (1, 8, 2, 3)
+    tokens = b.transpose(b.reshape(pooled, (1, 8, 6), name="flat"), (0, 2, 1),
+                         name="to_tokens")                                 # (1, 6, 8)
+    q = b.transpose(b.reshape(tokens, (1, 6, 2, 4), name="q_heads"), (0, 2, 1, 3), name="q_t")
+    k = b.transpose(b.reshape(b.relu(tokens), (1, 6, 2, 4), name="k_heads"), (0, 2, 3, 1),
+                    name="k_t")
+    v = b.transpose(b.reshape(b.sigmoid(tokens), (1, 6, 2, 4), name="v_heads"), (0, 2, 1, 3),
+                    name="v_t")
+    scores = b.add_(b.add("matmul", [q, k], MatMulAttrs(), name="scores"), mask, name="masked")
+    probs = b.softmax(scores, -1, name="probs")
+    ctx = b.transpose(b.add("matmul", [probs, v], MatMulAttrs(), name="ctx"), (0, 2, 1, 3),
+                      name="ctx_t")
+    merged = b.reshape(ctx, (1, 6, 8), name="merge")
+    back = b.reshape(b.transpose(merged, (0, 2, 1), name="to_channels"), (1, 8, 2, 3),
+                     name="fold")
+    return b.build([b.relu(b.add_(back, pooled, name="res"), name="out"), probs])
+
+
+def test_tensor_layouts_keep_attention_tensors_canonical():
+    g = _image_attention_image()
+    held = tensor_layouts(g)
+    nhwc = sorted(r.node for r, v in held.items() if v == NHWC)
+    assert nhwc == ["fold", "image", "out", "pool", "res"]
+    assert held[Ref("mask", 0)] == held[Ref("probs", 0)] == held[Ref("q_t", 0)] == "NCHW"
+    # A CNN holds every rank-4 tensor as NHWC, as before.
+    b = GraphBuilder("cnn", (1, 8, 8, 8))
+    y = b.relu(b.conv(b.x, 8, 3))
+    z = b.concat([b.transpose(y, (0, 1, 3, 2)), b.mul(y, b.sigmoid(b.gap(y)))], axis=1)
+    g = b.build([b.softmax(z, 1), b.flatten(b.reshape(y, (1, 16, 4, 8)))])
+    assert {r.node: v for r, v in tensor_layouts(g).items() if v != NHWC} == {"reshape_1": "NCHW"}
+
+
+@pytest.mark.integration
+def test_attention_exports_only_its_own_transposes(tmp_path):
+    """TRANSPOSE ops in the file: the IR's attention transposes, the patch embedding's
+    folded into its reshape, and one conversion where tokens become an image again."""
+    pytest.importorskip("ai_edge_litert")
+    from nnmeter.frontends._tflite_schema import read_model
+
+    g = _image_attention_image()
+    path = export_tflite(g, tmp_path / "attn.tflite")
+    ops = [o.op_type for o in read_model(path.read_bytes()).subgraphs[0].operators]
+    ir_transposes = g.op_counts()["transpose"]
+    assert ops.count("TRANSPOSE") == ir_transposes == 6, ops    # -1 patch, +1 fold
+    assert ops.count("RESHAPE") == g.op_counts()["reshape"], ops
+    rng = np.random.default_rng(3)
+    xv = rng.standard_normal((1, 8, 4, 6)).astype(np.float32)
+    mv = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    out = _run(path, {"image": xv, "mask": mv}, g)
+    pooled = xv.reshape(1, 8, 2, 2, 3, 2).max(axis=(3, 5))
+    t = pooled.reshape(1, 8, 6).transpose(0, 2, 1)
+    q, k, v = (a.reshape(1, 6, 2, 4) for a in (t, np.maximum(t, 0), 1 / (1 + np.exp(-t))))
+    s = q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1) + mv
+    e = np.exp(s - s.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    ctx = (p @ v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3).reshape(1, 6, 8)
+    back = ctx.transpose(0, 2, 1).reshape(1, 8, 2, 3)
+    np.testing.assert_allclose(out["probs"], p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["out"], np.maximum(back + pooled, 0), rtol=1e-5, atol=1e-5)
