@@ -41,7 +41,7 @@ __all__ = [
 
 #: Kernel families (modules), for predictors that train one regressor per family.
 FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
-            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "lrn", "matmul", "softmax",
+            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "transpose", "lrn", "matmul", "softmax",
             "layernorm", "add-layernorm", "split-last", "other")
 
 

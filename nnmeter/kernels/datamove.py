@@ -115,6 +115,7 @@ class TransposeKernel(DataMoveKernel):
     RUN is :func:`contiguous_run`, IN_LAST and OUT_LAST the last axis before and after."""
 
     feature_names = DataMoveKernel.feature_names + ("RUN", "IN_LAST", "OUT_LAST")
+    family = "transpose"  # its rows have features the other data moves lack
 
     def _features(self, config: MoveConfig) -> list[float]:
         c = config
