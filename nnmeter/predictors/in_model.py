@@ -19,7 +19,8 @@ one of the reported model sets, seeds 1000 and 2000; the heavy ones skipped: 36
 models, about two minutes on one core), and after the regressors are trained
 :func:`~nnmeter.predictors.terms.in_model.fit_in_model` fits, per kernel group
 (:data:`GROUPS`: spatial dense convolutions, pointwise (1x1) convolutions, depthwise
-convolutions, fully connected, the rest), what a kernel costs inside a model per
+convolutions, fully connected, the rest, and a transformer's attention kernels), what a
+kernel costs inside a model per
 megabyte it moves (its inputs, weights and outputs): ``ms += b_g * MB``. The fit
 minimises the squared log error of the measured models' totals with a ridge pull of
 every ``b_g`` towards 0 (:data:`RIDGE`, in units of :data:`SCALE_MS_PER_MB`), within
@@ -61,7 +62,7 @@ import numpy as np
 
 from nnmeter.errors import DatasetError
 
-__all__ = ["IN_MODEL_FILE", "GROUPS", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
+__all__ = ["IN_MODEL_FILE", "GROUPS", "ATTENTION_FAMILIES", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "group_of",
            "kernel_group",
            "calibration_models", "planned_in_model_work", "measure_in_model",
            "read_in_model", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS"]
@@ -74,7 +75,13 @@ IN_MODEL_FILE = "in_model.json"
 #: (pointwise convolutions move many bytes per FLOP and behave unlike the spatial ones:
 #: on the Xeon above, MobileNets' 1x1 convolutions ran slower in a model, ResNets' 3x3
 #: ones did not)
-GROUPS: tuple[str, ...] = ("conv", "pointwise", "dwconv", "fc", "other")
+#: (the attention group, a transformer's batched products, row normalisations and head
+#: transposes, moves its activations only: their reuse across a model is unlike a
+#: convolution's weights)
+GROUPS: tuple[str, ...] = ("conv", "pointwise", "dwconv", "fc", "other", "attention")
+#: the kernel families of the attention group
+ATTENTION_FAMILIES = frozenset(("matmul", "softmax", "layernorm", "add-layernorm",
+                                "transpose", "split-last"))
 #: zoo variants per family measured (the first of :data:`DRAWN` drawn under the cap),
 #: and their sampler seed (the kernel builder's)
 VARIANTS = 3
@@ -99,6 +106,8 @@ def group_of(kernel_type: str, kernel_size: int | None = None) -> str:
     from nnmeter.predictors.kernel_data import family_of
 
     fam = family_of(kernel_type)
+    if fam in ATTENTION_FAMILIES:
+        return "attention"
     if fam in ("conv", "gconv", "convtranspose"):
         return "pointwise" if kernel_size == 1 and fam == "conv" else "conv"
     return fam if fam in ("dwconv", "fc") else "other"
@@ -121,7 +130,10 @@ def calibration_models() -> list[Any]:
     from nnmeter.ir.cost import graph_cost
 
     per_family = []
-    for fam in zoo.FAMILY_NAMES:
+    # the transformer families too: their fc kernels stream weights and their attention
+    # kernels move activations in ways no CNN shows (a device without transformer
+    # points keeps 0 for the attention group)
+    for fam in (*zoo.FAMILY_NAMES, *zoo.TRANSFORMER_FAMILIES):
         keep = []
         for v in zoo.sample_variants(fam, DRAWN, seed=SEED):
             if len(keep) < VARIANTS and graph_cost(v.build()).flops <= MAX_GFLOPS * 1e9:

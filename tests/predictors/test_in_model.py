@@ -195,3 +195,14 @@ def test_a_record_without_points_is_a_clear_error(world):
             load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
     finally:
         (d / IN_MODEL_FILE).unlink()
+
+
+def test_attention_kernels_have_a_group_and_transformers_are_calibration_models():
+    from nnmeter.predictors.in_model import GROUPS, calibration_models, group_of
+
+    assert "attention" in GROUPS
+    assert {group_of(t) for t in ("matmul", "matmul-scale", "softmax", "layernorm",
+                                  "add-layernorm", "transpose", "split-last")} == {"attention"}
+    assert group_of("fc") == "fc" and group_of("gelu") == "other"
+    families = {v.family for v in calibration_models()}
+    assert {"vit", "bert", "mobilevit"} <= families and "resnet" in families

@@ -232,17 +232,27 @@ def test_tiny_variants_export_to_tflite_and_run(tmp_path):
         assert out.size == int(np.prod(g.shape_of(g.outputs[0])))
         assert np.isfinite(out).all()
 
-    # the rank-4 reshapes of unfold and fold keep their meaning in the NHWC file
+    # the rank-4 reshapes of unfold and fold keep their meaning in the file, whichever
+    # layout the exporter gives the rank-4 input and output (tensor_layouts)
+    from nnmeter.exporters.tflite import tensor_layouts
+
     b = GraphBuilder("fold", (1, 8, 6, 4))
     tokens = _unfold(b, b.x, 2, "unfold")
     g = b.build([_fold(b, b.relu(tokens), 6, 4, 2, "fold"), tokens])
+    layouts = tensor_layouts(g)
+    from nnmeter.ir.graph import Ref
+
+    nhwc_in = layouts.get(Ref(g.input_names[0], 0)) == "NHWC"
     interp = Interpreter(model_path=str(export_tflite(g, tmp_path / "fold.tflite")),
                          num_threads=1)
     interp.allocate_tensors()
     x = np.random.default_rng(0).standard_normal((1, 8, 6, 4)).astype(np.float32)
-    interp.set_tensor(interp.get_input_details()[0]["index"], x.transpose(0, 2, 3, 1).copy())
+    interp.set_tensor(interp.get_input_details()[0]["index"],
+                      x.transpose(0, 2, 3, 1).copy() if nhwc_in else x)
     interp.invoke()
     outs = {o.ndim: o for o in (interp.get_tensor(d["index"])
                                 for d in interp.get_output_details())}
-    np.testing.assert_array_equal(outs[4].transpose(0, 3, 1, 2), np.maximum(x, 0))
+    nhwc_out = layouts.get(g.outputs[0]) == "NHWC"
+    np.testing.assert_array_equal(outs[4].transpose(0, 3, 1, 2) if nhwc_out else outs[4],
+                                  np.maximum(x, 0))
     np.testing.assert_array_equal(outs[3][1, 3], x[0, :, 2, 3])
