@@ -134,13 +134,17 @@ def calibration_models() -> list[Any]:
     # kernels move activations in ways no CNN shows (a device without transformer
     # points keeps 0 for the attention group)
     for fam in (*zoo.FAMILY_NAMES, *zoo.TRANSFORMER_FAMILIES):
+        # three families whose kernels all share two groups (fc, attention) get twice the
+        # models of a CNN family, drawn from twice as many
+        n, drawn = ((2 * VARIANTS, 2 * DRAWN) if fam in zoo.TRANSFORMER_FAMILIES
+                    else (VARIANTS, DRAWN))
         keep = []
-        for v in zoo.sample_variants(fam, DRAWN, seed=SEED):
-            if len(keep) < VARIANTS and graph_cost(v.build()).flops <= MAX_GFLOPS * 1e9:
+        for v in zoo.sample_variants(fam, drawn, seed=SEED):
+            if len(keep) < n and graph_cost(v.build()).flops <= MAX_GFLOPS * 1e9:
                 keep.append(v)
         per_family.append(keep)
     out = []
-    for i in range(VARIANTS):
+    for i in range(max(len(vs) for vs in per_family)):
         out += [vs[i] for vs in per_family if i < len(vs)]
     return out
 

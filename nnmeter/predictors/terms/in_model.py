@@ -13,7 +13,7 @@ from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import Composition, FitContext, ModelView, Term
 from nnmeter.predictors.facts import DeviceFacts
 
-__all__ = ["InModelTerm", "fit_in_model"]
+__all__ = ["InModelTerm", "fit_in_model", "charged_mb"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,8 @@ class InModelTerm(Term):
     """``ms_per_mb``: (group, ms per MB) pairs: what a kernel of each group of
     :data:`~nnmeter.predictors.in_model.GROUPS` costs inside a model per megabyte it
     moves, on top of its time alone (never below half of it); ``models``: how many
-    measured models they were fitted on.
+    measured models they were fitted on; ``llc_bytes``: kernels that alone move more
+    than the last-level cache pay nothing (see :func:`charged_mb`).
 
     It is fitted after the regressors (:func:`fit_in_model` needs the predictor's own
     estimates of the measured models), so :meth:`fit` in the composition's pass returns
@@ -41,6 +42,10 @@ class InModelTerm(Term):
 
     ms_per_mb: tuple[tuple[str, float], ...]
     models: int
+    #: a kernel that alone moves more than this (the last-level cache, bytes; 0: no
+    #: limit) was measured with its weights coming from memory already: it pays nothing
+    #: more inside a model (AlexNet's and VGG's 100-MB classifier layers)
+    llc_bytes: float = 0.0
 
     name: ClassVar[str] = "in_model"
     label: ClassVar[str] = "kernels inside the model (fitted on measured models)"
@@ -98,7 +103,8 @@ class InModelTerm(Term):
             if len(by) > 100_000:
                 by.clear()
             b = self._groups.get(kernel_group(kernel), 0.0)  # type: ignore[attr-defined]
-            mb = kernel.kernel_type.cost(kernel.config).memory_bytes / 1e6 if b else 0.0
+            mb = charged_mb(kernel.kernel_type.cost(kernel.config).memory_bytes,
+                            self.llc_bytes) if b else 0.0
             hit = by[key] = (kernel.config, b, mb)
         return hit[1], hit[2]
 
@@ -111,6 +117,19 @@ class InModelTerm(Term):
             if b:
                 ms[j] = max(ms[j] + b * mb, 0.5 * ms[j])
                 view.mark(j, self.name)
+
+
+def charged_mb(memory_bytes: float, llc_bytes: float) -> float:
+    """The megabytes of a kernel that the in-model term charges: all it moves, or none
+    when that is more than ``llc_bytes`` (> 0): measured alone, such a kernel already
+    read its weights from memory.
+
+    >>> charged_mb(2e6, 32e6), charged_mb(150e6, 32e6), charged_mb(150e6, 0)
+    (2.0, 0.0, 150.0)
+    """
+    if llc_bytes and memory_bytes > llc_bytes:
+        return 0.0
+    return memory_bytes / 1e6
 
 
 def fit_in_model(pred: Any, dataset: Any) -> Any:
@@ -135,13 +154,16 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
             rows.append((graph, ms))
     if not rows:
         return pred
+    from nnmeter.predictors.facts import device_facts
+
+    llc = float(device_facts(pred.device).llc_bytes or 0)
     B = np.zeros((len(rows), len(GROUPS)))
     base = np.zeros(len(rows))
     for i, (graph, _) in enumerate(rows):
         base[i] = pred.predict(graph, check_device=False).total_ms
         for k in pred.kernels(pred._for_backend(graph)):
             B[i, GROUPS.index(kernel_group(k))] += \
-                k.kernel_type.cost(k.config).memory_bytes / 1e6
+                charged_mb(k.kernel_type.cost(k.config).memory_bytes, llc)
     measured = np.array([ms for _, ms in rows])
     coef = fit_per_mb(B, base, measured)
     after = np.maximum(base + B @ np.array(coef), 0.5 * base)
@@ -150,7 +172,7 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     logger.info("in-model ms per MB %s from %d models (median error %.1f%% -> %.1f%%)",
                 dict(zip(GROUPS, np.round(coef, 4))), len(rows), 100 * before_err,
                 100 * after_err)
-    term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows))
+    term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows), llc)
     pred.composition = Composition(tuple(pred.composition.terms) + (term,))
     pred.meta["in_model"] = {"ms_per_mb": dict(zip(GROUPS, coef)), "models": len(rows),
                              "median_error_before": before_err,
