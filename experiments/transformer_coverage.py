@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def _real_graphs() -> list:
     here = Path(__file__).resolve().parent
     spec = importlib.util.spec_from_file_location("real_set", here / "real_set.py")
     real_set = importlib.util.module_from_spec(spec)
+    sys.modules["real_set"] = real_set  # its dataclasses look their module up
     spec.loader.exec_module(real_set)
     from nnmeter.frontends import load_model
 
