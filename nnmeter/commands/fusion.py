@@ -118,7 +118,6 @@ def run_detect(args: argparse.Namespace) -> int:
 
 def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
     import functools
-    import json
     import time
     from pathlib import Path
 
@@ -139,40 +138,48 @@ def _run_from_runtime(args: argparse.Namespace, out: Any) -> int:
         profile = functools.partial(prof.profile, runs=1)
         rules, report = runtime_rules(base, profile, graphs, progress=not args.json)
         rules = with_join_operand(rules, join_operand_from_runtime(prof))
-    data = json.loads(base_path.read_text()) if base_path else {}
-    data.update(rules.to_dict())
     flipped = sorted(n for n, r in report.items() if r["fused"] != r["timed_fused"])
-    data["runtime_rules"] = {
+    record = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
         "sources": {src: sum(r["source"] == src for r in report.values())
                     for src in sorted({r["source"] for r in report.values()})},
         "changed_from_timed": flipped}
-    from nnmeter.predictors.store import write_atomic
-
-    write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
+    # the records of earlier --new-pairs-from runs stay
+    _write_rules(out, base_path, rules, lambda runtime: runtime.update(record))
     if args.json:
-        emit_json({"out": str(out), **data["runtime_rules"], "patterns": report})
+        emit_json({"out": str(out), **record, "patterns": report})
         return 0
     print(f"{len(report)} patterns decided from {args.backend}'s own graph: "
-          + ", ".join(f"{v} by {k}" for k, v in data["runtime_rules"]["sources"].items()))
+          + ", ".join(f"{v} by {k}" for k, v in record["sources"].items()))
     print(f"{len(flipped)} differ from the timed decisions: {', '.join(flipped) or '-'}")
     print(f"wrote {out}")
     return 0
 
 
+def _write_rules(out: Any, base_path: Any, rules: Any, update_runtime: Any) -> None:
+    """Write ``rules`` to ``out`` over the file at ``base_path`` (its other keys kept),
+    after ``update_runtime(record)`` changed its ``runtime_rules`` record in place."""
+    import json
+    from pathlib import Path
+
+    from nnmeter.predictors.store import write_atomic
+
+    data = json.loads(Path(base_path).read_text()) if base_path else {}
+    data.update(rules.to_dict())
+    update_runtime(data.setdefault("runtime_rules", {}))
+    write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
+
+
 def _run_new_pairs(args: argparse.Namespace, out: Any, base: Any, base_path: Any) -> int:
     import functools
-    import json
     import time
     from pathlib import Path
 
     from nnmeter import zoo
     from nnmeter.backends import Profiler
-    from nnmeter.fusion.runtime import new_pairs_from_models
-    from nnmeter.predictors.store import write_atomic
-
     from nnmeter.frontends import load_model
+    from nnmeter.fusion.runtime import new_pairs_from_models
 
     names = [f.strip() for f in args.new_pairs_from.split(",") if f.strip()]
     graphs = []
@@ -187,15 +194,16 @@ def _run_new_pairs(args: argparse.Namespace, out: Any, base: Any, base_path: Any
     with Profiler(args.backend) as prof:
         rules, report = new_pairs_from_models(base, functools.partial(prof.profile, runs=1),
                                               graphs)
-    data = json.loads(base_path.read_text()) if base_path else {}
-    data.update(rules.to_dict())
-    runs = data.setdefault("runtime_rules", {}).get("new_pairs") or []
-    runs = [runs] if isinstance(runs, dict) else list(runs)  # one run per call, appended
-    data["runtime_rules"]["new_pairs"] = runs + [{
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
-        "added": sorted(report)}]
-    write_atomic(Path(out), (json.dumps(data, indent=1) + "\n").encode())
+    run = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "graphs": [g.name for g in graphs], "wall_s": round(time.perf_counter() - t0, 1),
+           "added": sorted(report)}
+
+    def append_run(runtime: dict) -> None:
+        runs = runtime.get("new_pairs") or []
+        runs = [runs] if isinstance(runs, dict) else list(runs)  # one run per call
+        runtime["new_pairs"] = runs + [run]
+
+    _write_rules(out, base_path, rules, append_run)
     if args.json:
         emit_json({"out": str(out), "added": report})
         return 0

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nnmeter.fusion.probes import EDGE_CONVERSION_OPS
-from nnmeter.fusion.rules import FusionRules, rule_op
+from nnmeter.fusion.rules import FusionRules, Pattern, rule_op
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ def edges_in_models(profile: Any, graphs: Iterable[Any], *, single_consumer: boo
             logger.warning("runtime rules: %s skipped (%s)", getattr(g, "name", "?"), err)
             continue
         group = _groups(g, executed)
+        graph_outputs = {o.node for o in g.outputs} if single_consumer else set()
         for n in g.topological_nodes():
             if n.op == "input" or n.name not in group:
                 continue
@@ -100,7 +101,7 @@ def edges_in_models(profile: Any, graphs: Iterable[Any], *, single_consumer: boo
                 if u.op == "input" or u.name not in group:
                     continue
                 if single_consumer and (len(g.successors(u.name)) > 1
-                                        or u.name in {o.node for o in g.outputs}):
+                                        or u.name in graph_outputs):
                     continue
                 if any(group.get(q.node) == group[u.name] for q in u.inputs):
                     # u runs inside the node of its own producer (a bn folded into a
@@ -243,10 +244,8 @@ def new_pairs_from_models(rules: FusionRules, profile: Any, graphs: Iterable[Any
                 "fused": fused, "timed_fused": None}
         name = f"{op1}->{op2}"
         report[name] = info
-        added.append(dataclasses.replace(
-            rules.patterns[0], name=name, kind="pair", ops=(op1, op2), fused=fused,
-            close=False, times_ms={}, saving_ms=None, threshold_ms=None,
-            extra={"runtime": info}))
+        added.append(Pattern(name=name, kind="pair", ops=(op1, op2), fused=fused,
+                             extra={"runtime": info}))
     if not added:
         return rules, report
     return dataclasses.replace(rules, patterns=tuple(rules.patterns) + tuple(added)), report

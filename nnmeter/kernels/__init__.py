@@ -41,8 +41,8 @@ __all__ = [
 
 #: Kernel families (modules), for predictors that train one regressor per family.
 FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
-            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "transpose", "lrn", "matmul", "softmax",
-            "layernorm", "add-layernorm", "split-last", "other")
+            "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "transpose",
+            "lrn", "matmul", "softmax", "layernorm", "add-layernorm", "split-last", "other")
 
 
 def fallback_config(graph, names: Sequence[str], ktype: KernelType) -> tuple[str, object]:

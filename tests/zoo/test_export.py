@@ -65,23 +65,7 @@ def test_examples_match_the_base_configs():
 
 @pytest.mark.skipif(importlib.util.find_spec("ai_edge_litert") is None,
                     reason="ai_edge_litert is not installed")
-def test_variants_export_to_tflite_and_run(tmp_path):
-    try:
-        from nnmeter.exporters.tflite import export_tflite
-    except ImportError as err:  # exporter not built yet in this checkout
-        pytest.skip(f"nnmeter.exporters.tflite unavailable: {err}")
-    from ai_edge_litert.interpreter import Interpreter
-
+def test_variants_export_to_tflite_and_run(runs_as_tflite):
     for v in (base_variant("mobilenetv2"), _pick("shufflenetv2", 1)[0],
               _pick("nasbench201", 1)[0]):
-        g = v.build(validate=True)
-        path = export_tflite(g, tmp_path / f"{v.name}.tflite", seed=0)
-        interp = Interpreter(model_path=str(path), num_threads=1)
-        interp.allocate_tensors()
-        inp = interp.get_input_details()[0]
-        interp.set_tensor(inp["index"],
-                          np.random.default_rng(0).random(inp["shape"], dtype=np.float32))
-        interp.invoke()
-        out = interp.get_tensor(interp.get_output_details()[0]["index"])
-        assert out.size == int(np.prod(g.shape_of(g.outputs[0])))
-        assert np.isfinite(out).all()
+        runs_as_tflite(v.build(validate=True), v.name)

@@ -211,26 +211,15 @@ def test_unfold_then_fold_is_the_identity(tmp_path):
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("ai_edge_litert") is None,
                     reason="ai_edge_litert is not installed")
-def test_tiny_variants_export_to_tflite_and_run(tmp_path):
-    try:
-        from nnmeter.exporters.tflite import export_tflite
-    except ImportError as err:  # exporter not built yet in this checkout
-        pytest.skip(f"nnmeter.exporters.tflite unavailable: {err}")
+def test_tiny_variants_export_to_tflite_and_run(tmp_path, runs_as_tflite):
     from ai_edge_litert.interpreter import Interpreter
+
+    from nnmeter.exporters.tflite import export_tflite
 
     for family in TRANSFORMER_FAMILIES:
         g = get_family(family).build(_tiny(family))
         g.validate()
-        path = export_tflite(g, tmp_path / f"{family}.tflite", seed=0)
-        interp = Interpreter(model_path=str(path), num_threads=1)
-        interp.allocate_tensors()
-        inp = interp.get_input_details()[0]
-        interp.set_tensor(inp["index"],
-                          np.random.default_rng(0).random(inp["shape"], dtype=np.float32))
-        interp.invoke()
-        out = interp.get_tensor(interp.get_output_details()[0]["index"])
-        assert out.size == int(np.prod(g.shape_of(g.outputs[0])))
-        assert np.isfinite(out).all()
+        runs_as_tflite(g, family)
 
     # the rank-4 reshapes of unfold and fold keep their meaning in the file, whichever
     # layout the exporter gives the rank-4 input and output (tensor_layouts)
