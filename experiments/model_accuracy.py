@@ -21,8 +21,10 @@ with seed 1000, which the kernel builder (seed 0, kernels only) never saw as who
 models.
 
 Run ``measure`` again later with a higher ``--passes`` to add a pass in a new session
-(a new worker process, hours later). ``report`` takes a model's time as the fastest of
-all its passes (interference only ever adds time) and prints two repeatabilities: the
+(a new worker process, hours later). ``report --since T`` takes the truth from the passes
+measured at or after ``T`` only (one session's; the host's speed moves between
+sessions by more than the predictor's error). Without it ``report`` takes a model's
+time as the fastest of all its passes (interference only ever adds time) and prints two repeatabilities: the
 first two passes (one process, minutes apart) and the sessions (the fastest pass of the
 earlier session against the fastest of the later one, for models measured in two
 sessions at least half an hour apart).
@@ -152,7 +154,8 @@ def report(args: argparse.Namespace) -> None:
     # (``measure --family vit``) must not change the default report
     wanted = set(args.families.split(",")) if args.families else set(zoo.default_family_names())
     rows = [r for r in _rows(args.backend, args.seed, args.device)
-            if r.get("ok") and r.get("latency_ms") and r.get("family") in wanted]
+            if r.get("ok") and r.get("latency_ms") and r.get("family") in wanted
+            and (args.since is None or (r.get("timestamp") or "") >= args.since)]
     by: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: (r["pass"], r.get("timestamp") or "")):
         e = by.setdefault(r["variant"], {"family": r["family"], "lat": [], "at": [], "F": [
@@ -185,8 +188,10 @@ def report(args: argparse.Namespace) -> None:
            pred.resolution.dataset.dataset_id if pred.resolution is not None else None,
            "seed": args.seed,
            "date": time.strftime("%Y-%m-%d"), "n_models": len(names), "families": {}}
+    out["since"] = args.since
     print(f"{args.backend} on {device}, zoo seed {args.seed}, {len(names)} models, "
-          f"{out['date']}; truth: the fastest of each model's passes")
+          f"{out['date']}; truth: the fastest of each model's passes"
+          + (f" measured since {args.since} (one session)" if args.since else ""))
     print(f"{'family':14s} {'n':>3s} {'±5%':>6s} {'±10%':>6s} {'MAPE%':>6s} {'RMSE ms':>8s} "
           f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'MLP ±10%':>9s} {'GCN ±10%':>9s} "
           f"{'repeat ±10%':>11s} {'sessions ±10%':>13s}")
@@ -258,6 +263,10 @@ def main() -> None:
                     help="skip (and record) variants with more parameters: the .tflite "
                          "converter needed over 24 GiB for a 466 M-parameter ResNet")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--since", default=None, metavar="TIMESTAMP",
+                    help="report: only passes measured at or after this time "
+                         "(e.g. 2026-12-03T18:00), so the truth comes from one session "
+                         "and not the fastest over sessions hours apart")
     ap.add_argument("--gcn", action="store_true", help="also cross-validate the GCN baseline")
     from nnmeter.farm import add_runner_arguments, runner_device, runner_from_args, use_runner
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # onnxruntime, openvino, keras and matplotlib write caches and telemetry state into the
 # home folder; give the whole test session a throw-away one before any of them loads.
+# It holds the predictor caches the tests train (close to 1 GB), so it goes when the
+# test process ends.
 _HOME = tempfile.mkdtemp(prefix="nnmeter-test-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 os.environ["HOME"] = _HOME
 os.environ["XDG_CACHE_HOME"] = os.path.join(_HOME, ".cache")
 os.environ.setdefault("MPLBACKEND", "Agg")
