@@ -1,5 +1,9 @@
 """Prediction speed: one MobileNetV2 (ModelGraph), a NASBench201 batch, cached load.
 
+``api_predict_*``: the public ``nnmeter.predict(graph, backend)`` on a warm process (the
+predictor memo's check of its data files included), on one graph object again and on a
+fresh copy of the graph each call.
+
 Usage: python experiments/predict_speed.py [--backend ort-cpu] [--n 1000] [--variants 20]
        [--rounds 3] [--gc-freeze] [--json out.json]
 Prints figures and writes JSON. No assertion on time: this is a benchmark.
@@ -70,6 +74,26 @@ def main() -> None:
         pred.predict(fresh, check_device=False)
         times.append(1000 * (time.perf_counter() - t))
 
+    # the public call a NAS loop makes: nnmeter.predict (the process-wide predictor memo,
+    # its check of the data files' stats, then the prediction), on the same graph object
+    # and on a fresh copy of it each time
+    import nnmeter
+
+    api_same, api_fresh = [], []
+    nnmeter.predict(g, args.backend)
+    for _ in range(50):
+        t = time.perf_counter()
+        nnmeter.predict(g, args.backend)
+        api_same.append(1000 * (time.perf_counter() - t))
+        fresh = ModelGraph.from_json("examples/mobilenetv2.json")
+        t = time.perf_counter()
+        nnmeter.predict(fresh, args.backend)
+        api_fresh.append(1000 * (time.perf_counter() - t))
+    t = time.perf_counter()
+    for _ in range(50):
+        load_predictor(args.backend)
+    memo_ms = 1000 * (time.perf_counter() - t) / 50
+
     # full collections that start and end inside a timed predict call
     full_gc_ms: list[float] = []
     in_predict = False
@@ -128,6 +152,9 @@ def main() -> None:
     out = {
         "backend": args.backend, "device": pred.device_name, "cached_load_s": load_s, "gc_freeze": args.gc_freeze,
         "mobilenetv2_first_ms": first_ms, "mobilenetv2_repeat_median_ms": statistics.median(times),
+        "memo_check_ms": memo_ms,
+        "api_predict_same_graph_median_ms": statistics.median(api_same),
+        "api_predict_fresh_graph_median_ms": statistics.median(api_fresh),
         "mobilenetv2_distinct_variants": len(distinct),
         "mobilenetv2_distinct_variants_median_ms": statistics.median(distinct),
         "mobilenetv2_distinct_variants_max_ms": max(distinct),

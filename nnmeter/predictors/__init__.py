@@ -38,7 +38,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from nnmeter.errors import PredictorError
 from nnmeter.predictors.composition import Composition
@@ -54,7 +54,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 15
+CACHE_VERSION = 16
 
 
 def cache_dir() -> Path:
@@ -87,14 +87,17 @@ def clear_memo() -> None:
     _MEMO.clear()
 
 
-def _stats(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+def _stats(paths: Sequence[str | os.PathLike]) -> tuple[tuple[str, int, int], ...]:
+    # os.stat on the path strings: the memo checks these on every warm call, and a Path
+    # object per file cost more than the prediction of a small model
     out = []
+    stat = os.stat
     for p in paths:
         try:
-            st = p.stat()
-            out.append((str(p), st.st_size, st.st_mtime_ns))
+            st = stat(p)
+            out.append((p, st.st_size, st.st_mtime_ns))
         except OSError:
-            out.append((str(p), -1, -1))
+            out.append((p, -1, -1))
     return tuple(out)
 
 
@@ -120,7 +123,7 @@ def load_predictor(backend_id: str, *, dataset: str | None = None,
 
 def _files_of(pred: LatencyPredictor) -> tuple[tuple[str, int, int], ...]:
     """The stats of the files a predictor was trained from (recorded at load)."""
-    return _stats([Path(p) for p in getattr(pred, "source_files", ())])
+    return _stats([str(p) for p in getattr(pred, "source_files", ())])
 
 
 def _load_predictor(backend_id: str, *, dataset: str | None = None,

@@ -206,3 +206,39 @@ def test_attention_kernels_have_a_group_and_transformers_are_calibration_models(
     assert group_of("fc") == "fc" and group_of("gelu") == "other"
     families = {v.family for v in calibration_models()}
     assert {"vit", "bert", "mobilevit"} <= families and "resnet" in families
+
+
+def test_another_pass_keeps_every_models_fastest_pass(world):
+    """add_in_model_pass measures each model again and keeps the fastest of its passes;
+    the record on disk holds every pass, and a missing record is a clear error."""
+    from nnmeter.errors import DatasetError
+    from nnmeter.predictors.in_model import add_in_model_pass
+
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    with pytest.raises(DatasetError, match="in_model.json"):
+        add_in_model_pass("ort-cpu", d, profiler=LinearProfiler())
+    names = [m.name for m in calibration_models() if m.family == "nasbench201"][:2]
+    # the first model was measured slow once, the second fast
+    rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+           "created": "2026-12-03T10:00:00",
+           "points": [{"variant": names[0], "latency_ms": 50.0},
+                      {"variant": names[1], "latency_ms": 1e-4}]}
+    (d / IN_MODEL_FILE).write_text(json.dumps(rec))
+    try:
+        prof = LinearProfiler()
+        got = add_in_model_pass("ort-cpu", d, profiler=prof)
+        assert prof.calls == 2
+        on_disk = json.loads((d / IN_MODEL_FILE).read_text())
+        assert on_disk["points"] == got["points"]
+        slow, fast = on_disk["points"]
+        new = [prof.measure(get_variant(n).build()).latency_ms for n in names]
+        assert slow["passes"] == [50.0, new[0]] and slow["latency_ms"] == new[0] < 50.0
+        assert fast["passes"] == [1e-4, new[1]] and fast["latency_ms"] == 1e-4
+        assert slow["passed_at"][0] == "2026-12-03T10:00:00" and len(slow["passed_at"]) == 2
+        # a third pass appends again
+        add_in_model_pass("ort-cpu", d, profiler=prof)
+        assert len(json.loads((d / IN_MODEL_FILE).read_text())["points"][0]["passes"]) == 3
+    finally:
+        (d / IN_MODEL_FILE).unlink()
+        clear_memo()

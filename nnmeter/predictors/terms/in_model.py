@@ -57,7 +57,11 @@ class InModelTerm(Term):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "_by_kernel", {})
-        object.__setattr__(self, "_groups", {str(g): float(b) for g, b in self.ms_per_mb})
+        groups = {str(g): float(b) for g, b in self.ms_per_mb}
+        # a term fitted before fully connected layers over many rows had a group of their
+        # own (``gemm``) gave them the ``fc`` coefficient
+        groups.setdefault("gemm", groups.get("fc", 0.0))
+        object.__setattr__(self, "_groups", groups)
 
     @classmethod
     def wanted(cls, facts: DeviceFacts) -> bool:
@@ -80,11 +84,12 @@ class InModelTerm(Term):
     def fit(cls, ctx: FitContext) -> "InModelTerm | None":
         return None  # fitted after the regressors: fit_in_model
 
-    def per_mb(self, kernel_type: str, kernel_size: int | None = None) -> float:
+    def per_mb(self, kernel_type: str, kernel_size: int | None = None,
+               rows: int | None = None) -> float:
         """The ms per MB of a kernel's group (0 for a group without one)."""
         from nnmeter.predictors.in_model import group_of
 
-        return self._groups.get(group_of(kernel_type, kernel_size), 0.0)  # type: ignore[attr-defined]
+        return self._groups.get(group_of(kernel_type, kernel_size, rows), 0.0)  # type: ignore[attr-defined]
 
     @staticmethod
     def in_model_ms(ms: float, memory_bytes: float, per_mb: float) -> float:

@@ -1,0 +1,52 @@
+"""Another pass over a dataset's in-model calibration models, now, on this machine.
+
+The in-model term (:mod:`nnmeter.predictors.in_model`) is fitted on a few dozen whole
+zoo models measured once, in one build. On a shared machine one pass caught at a slow
+moment pulls the fit its way; this script measures every calibration model again and
+keeps each model's fastest pass (``add_in_model_pass``). Run it in a later session, then
+predict as usual: the predictor cache key covers the record, so the next prediction
+refits the term.
+
+Usage::
+
+  flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend ort-cpu
+
+Prints each model's passes and how far the new pass is from the earlier fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="ort-cpu")
+    args = ap.parse_args()
+
+    from nnmeter.devices.datasets import own_dataset_dir
+    from nnmeter.predictors.in_model import add_in_model_pass
+
+    # this machine's own dataset only: a pass measured here belongs to no other device
+    directory = own_dataset_dir(args.backend)
+    rec = add_in_model_pass(args.backend, directory, progress=True)
+    ratios = []
+    for p in rec["points"]:
+        passes = p.get("passes") or [p["latency_ms"]]
+        if len(passes) >= 2:
+            ratios.append(passes[-1] / min(passes[:-1]))
+        print(f"{p['variant']:36s} " + " ".join(f"{x:9.3f}" for x in passes))
+    if ratios:
+        ratios.sort()
+        print(f"{directory.name}: {len(ratios)} models, the new pass / the earlier fastest: "
+              f"median {ratios[len(ratios) // 2]:.3f}, min {ratios[0]:.3f}, "
+              f"max {ratios[-1]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
