@@ -208,6 +208,24 @@ def test_attention_kernels_have_a_group_and_transformers_are_calibration_models(
     assert {"vit", "bert", "mobilevit"} <= families and "resnet" in families
 
 
+def test_fully_connected_layers_over_many_rows_are_the_gemm_group():
+    """A transformer's token projections (fc over rows > 1) get their own coefficient; a
+    CNN classifier's batch-1 fc keeps ``fc``; a term fitted before ``gemm`` existed
+    gives them the ``fc`` coefficient."""
+    from nnmeter.ir import GraphBuilder
+    from nnmeter.partition import partition
+
+    b = GraphBuilder("tokens", (1, 16, 32))
+    y = b.fc(b.x, 64, name="proj")
+    g = b.build([b.fc(b.gap(b.reshape(y, (1, 64, 4, 4)), keepdims=False), 10, name="head")])
+    by_node = {k.nodes[0]: kernel_group(k) for k in partition(g, RULES) if k.type == "fc"}
+    assert by_node == {"proj": "gemm", "head": "fc"}
+    old = InModelTerm((("fc", 0.03), ("conv", 0.0)), 10)
+    assert old.per_mb("fc", rows=16) == old.per_mb("fc", rows=1) == 0.03
+    new = InModelTerm((("fc", 0.03), ("gemm", 0.01)), 10)
+    assert new.per_mb("fc", rows=16) == 0.01 and new.per_mb("fc", rows=1) == 0.03
+
+
 def test_another_pass_keeps_every_models_fastest_pass(world):
     """add_in_model_pass measures each model again and keeps the fastest of its passes;
     the record on disk holds every pass, and a missing record is a clear error."""
