@@ -37,7 +37,6 @@ Examples
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 from collections.abc import Sequence
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from nnmeter._gc import collector_paused
 from nnmeter.errors import PredictorError
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.predictors.composition import Composition, ModelView, TermRow
@@ -646,10 +646,9 @@ class LatencyPredictor:
         graphs = [_as_graph(g) for g in graphs]
         # A batch allocates many small, acyclic objects; with the cyclic collector on,
         # its full passes over the caller's graphs cost more than the prediction. It is
-        # paused for the batch (nothing created here needs it) and restored after.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        # paused for the batch (nothing created here needs it) and restored after
+        # (nnmeter._gc).
+        with collector_paused():
             if self._totals is None or self._totals[0] is not self.composition:
                 self._totals = (self.composition, _StructureMemo())
             memo = self._totals[1]
@@ -666,9 +665,6 @@ class LatencyPredictor:
                     if keys[i] is not None:
                         memo.put(keys[i], t)
             return out  # type: ignore[return-value]
-        finally:
-            if collecting:
-                gc.enable()
 
     def _predict_new(self, graphs: Sequence[Any]) -> list[float]:
         """:meth:`predict_many` for graphs not in its memo (the collector paused)."""

@@ -154,6 +154,16 @@ class Family(ABC):
     #: Published figures of the base config: {"params": ..., "macs": ..., "source": ...}.
     reference: ClassVar[dict[str, Any]] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a family's build makes hundreds of small acyclic objects: with the cyclic
+        # collector paused it is several times faster in a process that holds many
+        # graphs (a NAS loop); see nnmeter._gc
+        if "build" in cls.__dict__ and not getattr(cls.build, "__wrapped__", None):
+            from nnmeter._gc import without_collector
+
+            cls.build = without_collector(cls.__dict__["build"])  # type: ignore[method-assign]
+
     def base_config(self) -> Any:
         """The config that reproduces the published architecture."""
         return self.config_cls()
