@@ -179,7 +179,7 @@ def report(args: argparse.Namespace) -> None:
     if args.gcn:
         from nnmeter.predictors.gnn import GCNBaseline, cross_val_predict_graphs
 
-        gcn = cross_val_predict_graphs(GCNBaseline, graphs, true)
+        gcn = cross_val_predict_graphs(GCNBaseline, graphs, true, progress=True)
     fams = np.array([by[n]["family"] for n in names])
     rep_pairs = [(by[n]["lat"][0], by[n]["lat"][1]) for n in names if len(by[n]["lat"]) >= 2]
     sessions = {n: _sessions(by[n]["lat"], by[n]["at"]) for n in names}

@@ -560,18 +560,23 @@ class GCNBaseline:
 
 def cross_val_predict_graphs(make: Callable[[], Any], graphs: Sequence[Any],
                              latency_ms: Sequence[float], *, folds: int = 5,
-                             seed: int = 0) -> np.ndarray:
+                             seed: int = 0, progress: bool = False) -> np.ndarray:
     """Out-of-fold predictions of a graph-input baseline (``make()`` returns a fresh one).
 
     Uses the same fold assignment as
     :func:`nnmeter.predictors.baselines.cross_val_predict` for equal ``seed``,
     ``folds`` and length, so the columns of a comparison table share their folds.
+    ``progress``: a bar over the folds, with its ETA, on stderr (a GCN fold over a few
+    hundred graphs trains for tens of seconds).
     """
+    from tqdm import tqdm
+
     graphs = list(graphs)
     y = np.asarray(latency_ms, dtype=np.float64)
     fold = np.random.default_rng(seed).permutation(len(y)) % folds
     out = np.empty(len(y))
-    for k in range(folds):
+    for k in tqdm(range(folds), desc=f"cross-validating {len(graphs)} graphs", unit="fold",
+                  disable=not progress):
         test = fold == k
         train_idx = np.flatnonzero(~test)
         test_idx = np.flatnonzero(test)
