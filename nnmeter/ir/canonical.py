@@ -53,7 +53,8 @@ from typing import Any
 from nnmeter.ir.graph import ModelGraph, Node
 
 __all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
-           "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6"]
+           "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6",
+           "scale_matmul_at_output"]
 
 #: ops that take a per-channel scale and shift into their weights and bias
 _AFFINE_HOSTS = frozenset({"conv", "dwconv", "convtranspose", "bn"})
@@ -235,6 +236,60 @@ def clip_as_relu6(g: ModelGraph) -> list[str]:
     return done
 
 
+def _scalar_scale(n: Node) -> bool:
+    """A ``mul`` or ``div`` by one scalar constant."""
+    if n.op not in ("mul", "div") or len(n.inputs) != 1:
+        return False
+    shape = getattr(n.attrs, "const_shape", None)
+    return shape is not None and all(d == 1 for d in shape)
+
+
+def scale_matmul_at_output(g: ModelGraph) -> list[str]:
+    """A scalar ``mul``/``div`` on an input of a ``matmul`` (and read by nothing else)
+    moves to its output: ``(q * a) @ (k * b)`` is ``(q @ k) * (a * b)``. Attention
+    exported through ``scaled_dot_product_attention`` scales q and k by sqrt(1/sqrt(d))
+    each; ONNX Runtime runs both scales inside the product (``FusedMatMul`` with its
+    alpha), as it runs a scale after it, so the pair becomes the ``matmul-scale``
+    kernel a scale after the product makes. The scale after the product is the one
+    already there (a scalar op that is the product's only reader) or a new ``mul``
+    named ``<matmul>/scale``; it lists the moved ops in ``meta["absorbed"]``."""
+    from nnmeter.ir.graph import Ref
+    from nnmeter.ir.ops import EltwiseAttrs
+
+    done = []
+    for n in list(g.topological_nodes()):
+        if n.op != "matmul":
+            continue
+        moved = [g.node(r.node) for r in n.inputs
+                 if _scalar_scale(g.node(r.node)) and _sole_reader(g, r.node) == n.name]
+        if not moved:
+            continue
+        for m in moved:
+            g.bypass(m.name)
+        reader = _sole_reader(g, n.name)
+        if reader is not None and _scalar_scale(g.node(reader)):
+            host = reader
+        else:
+            host = f"{n.name}/scale"
+            while host in g:
+                host += "_"
+            readers = [r for r in g.successors(n.name)]
+            out = g.node(n.name).output_shapes[0]
+            g.add_node(host, "mul", EltwiseAttrs(const_shape=()), [Ref(n.name, 0)],
+                       input_shapes=[out], output_shapes=[out])
+            for r in readers:
+                rn = g.node(r)
+                g.replace(r, inputs=[Ref(host, 0) if ref == Ref(n.name, 0) else ref
+                                     for ref in rn.inputs])
+            g.outputs = [Ref(host, 0) if o == Ref(n.name, 0) else o for o in g.outputs]
+        for m in moved:
+            _absorb(g, host, m)
+        names = ", ".join(repr(m.name) for m in moved)
+        done.append(f"moved scalar {names} from the inputs of matmul {n.name!r} to its "
+                    f"output ({host!r})")
+    return done
+
+
 #: the passes in the order :func:`canonicalize` runs them: what every runtime here does
 PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
     drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
@@ -247,12 +302,23 @@ PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
 _FOLDS_SCALE_SHIFT = {"ort": True, "openvino": True, "mnn": False, "litert": False}
 
 
+#: backends (by id prefix) whose runtime runs a scalar scale of a matmul's input inside
+#: the product (ORT's MatMulScaleFusion: FusedMatMul)
+_SCALES_MATMUL_INPUTS = {"ort": True}
+
+
 def _affine_candidate(g: ModelGraph) -> bool:
-    for n in g.nx._node.values():
+    """Whether some backend's passes of :func:`for_backend` may rewrite ``g`` (one scan
+    of its nodes): a per-channel constant affine op, or a scalar scale read by a matmul."""
+    nodes = g.nx._node
+    succ = g.nx._succ
+    for name, n in nodes.items():
         node = n["node"]
         if node.op in _AFFINE_OPS and len(node.inputs) == 1:
             shape = getattr(node.attrs, "const_shape", None)
             if shape and max(shape) > 1:
+                return True
+            if shape is not None and any(nodes[r]["node"].op == "matmul" for r in succ[name]):
                 return True
     return False
 
@@ -260,14 +326,17 @@ def _affine_candidate(g: ModelGraph) -> bool:
 def for_backend(g: ModelGraph, backend_id: str) -> ModelGraph:
     """``g`` as ``backend_id``'s runtime runs it: a copy with the backend-specific
     passes applied (:func:`fold_constant_affine` where the runtime folds scale and
-    shift), or ``g`` itself when they change nothing. Cheap when there is nothing to
-    fold (one scan of the nodes)."""
-    if not _FOLDS_SCALE_SHIFT.get(str(backend_id).split("-", 1)[0], False):
-        return g
-    if not _affine_candidate(g):
+    shift, :func:`scale_matmul_at_output` where it scales a product's inputs inside
+    it), or ``g`` itself when they change nothing. Cheap when there is nothing to
+    rewrite (one scan of the nodes)."""
+    prefix = str(backend_id).split("-", 1)[0]
+    passes = [p for p, on in ((fold_constant_affine, _FOLDS_SCALE_SHIFT.get(prefix, False)),
+                              (scale_matmul_at_output, _SCALES_MATMUL_INPUTS.get(prefix, False)))
+              if on]
+    if not passes or not _affine_candidate(g):
         return g
     out = g.copy()
-    notes = fold_constant_affine(out)
+    notes = [line for p in passes for line in p(out)]
     if not notes:
         return g
     out.meta = {**(getattr(g, "meta", None) or {})}

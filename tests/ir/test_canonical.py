@@ -190,3 +190,48 @@ def test_scale_shift_after_a_standalone_bn_stays():
     y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="m")
     g = b.build([b.relu(y)])
     assert fold_constant_affine(g) == []
+
+
+def _sdpa(scale_after: str | None = None, shared_k: bool = False):
+    """q and k (1, 2, 4, 8) / (1, 2, 8, 4), each scaled by a scalar, multiplied, then a
+    softmax; optionally a scalar op after the product, or k's scale read twice."""
+    b = GraphBuilder("sdpa", (1, 2, 4, 8))
+    q = b.eltwise_const("mul", b.relu(b.x, name="q"), (), name="Mul")
+    kt = b.transpose(b.relu(b.x, name="k"), (0, 1, 3, 2), name="kT")
+    k = b.eltwise_const("mul", kt, (), name="Mul_1")
+    s = b.add("matmul", [q, k], name="MatMul")
+    if scale_after:
+        s = b.eltwise_const(scale_after, s, (1, 1, 1, 1), name="after")
+    outs = [b.softmax(s, name="p")]
+    if shared_k:
+        outs.append(b.relu(k, name="other_reader"))
+    return b.build(outs)
+
+
+def test_scalar_scales_of_a_matmuls_inputs_move_to_its_output_on_ort_only():
+    from nnmeter.fusion.rules import FusionRules
+    from nnmeter.partition import partition
+
+    g = _sdpa()
+    for backend in ("mnn-cpu", "litert-cpu", "openvino-cpu"):
+        assert for_backend(g, backend) is g
+    ort = for_backend(g, "ort-cpu")
+    assert _ops(g).count("mul") == 2  # the caller's graph is untouched
+    assert _ops(ort) == ["relu", "relu", "transpose", "matmul", "mul", "softmax"]
+    assert ort.node("MatMul/scale").meta["absorbed"] == ["Mul", "Mul_1"]
+    assert ort.node("p").inputs[0].node == "MatMul/scale"
+    assert any("moved scalar 'Mul', 'Mul_1'" in line for line in ort.meta["canonical"])
+    rules = FusionRules.from_decisions("ort-cpu", pairs={("matmul", "mul"): True})
+    assert [k.type for k in partition(ort, rules) if "MatMul" in k.nodes] == ["matmul-scale"]
+
+
+def test_a_scale_already_after_the_matmul_takes_the_moved_ones():
+    ort = for_backend(_sdpa(scale_after="div"), "ort-cpu")
+    assert _ops(ort) == ["relu", "relu", "transpose", "matmul", "div", "softmax"]
+    assert ort.node("after").meta["absorbed"] == ["Mul", "Mul_1"]
+
+
+def test_a_scale_read_by_another_op_stays_before_the_matmul():
+    ort = for_backend(_sdpa(shared_k=True), "ort-cpu")
+    assert ort.node("MatMul").inputs[1].node == "Mul_1"
+    assert ort.node("MatMul/scale").meta["absorbed"] == ["Mul"]
