@@ -50,3 +50,21 @@ def test_negative_inputs_are_refused():
 
 def test_fc_is_the_streaming_family():
     assert "fc" in STREAMING_FAMILIES and "conv" not in STREAMING_FAMILIES
+
+
+def test_a_fully_connected_layer_over_many_rows_pays_its_fetch_on_top():
+    """A batch-1 fc streams (only the floor); with ``gemm_refetch`` an fc over many rows
+    is a matrix product whose fetch adds to its hot time, whatever the device's refetch
+    flag; other kernels follow the flag. The term turns it on for ort-cpu only."""
+    from nnmeter.predictors.terms.refetch import GEMM_REFETCH_BACKENDS, _streams
+
+    def row(family, feats):
+        return ((), (), feats, 1e6, family, 1)
+
+    for flag in (False, True):
+        assert _streams(row("fc", [512.0, 1000.0, 1.0]), flag, True)
+        assert not _streams(row("fc", [384.0, 1536.0, 37.0]), flag, True)
+        assert _streams(row("fc", [384.0, 1536.0, 37.0]), flag, False)
+    assert _streams(row("conv", [56.0, 56.0, 64.0]), False, True)
+    assert not _streams(row("conv", [56.0, 56.0, 64.0]), True, True)
+    assert GEMM_REFETCH_BACKENDS == {"ort"}
