@@ -272,6 +272,19 @@ def main() -> None:
 
     add_runner_arguments(ap)
     args = ap.parse_args()
+    if args.since is not None:
+        # rows are stamped %Y-%m-%dT%H:%M:%S and compared as text: a prefix of that form
+        for form, width in (("%Y-%m-%dT%H:%M:%S", 19), ("%Y-%m-%dT%H:%M", 16),
+                            ("%Y-%m-%dT%H", 13), ("%Y-%m-%d", 10)):
+            try:
+                time.strptime(args.since, form)
+            except ValueError:
+                continue
+            if len(args.since) == width:  # zero-padded, or the text comparison misleads
+                break
+        else:
+            ap.error(f"--since {args.since!r}: give a time as 2026-12-03T18:00 "
+                     f"(YYYY-MM-DD[THH[:MM[:SS]]])")
     args.json = args.json or f"experiments/results/model_accuracy_{args.backend}.json"
     if args.step == "report":
         report(args)
