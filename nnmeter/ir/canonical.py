@@ -50,7 +50,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from nnmeter.ir.graph import ModelGraph, Node
+from nnmeter.ir.graph import ModelGraph, Node, Ref
 
 __all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
            "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6",
@@ -253,7 +253,6 @@ def scale_matmul_at_output(g: ModelGraph) -> list[str]:
     kernel a scale after the product makes. The scale after the product is the one
     already there (a scalar op that is the product's only reader) or a new ``mul``
     named ``<matmul>/scale``; it lists the moved ops in ``meta["absorbed"]``."""
-    from nnmeter.ir.graph import Ref
     from nnmeter.ir.ops import EltwiseAttrs
 
     done = []
@@ -273,15 +272,15 @@ def scale_matmul_at_output(g: ModelGraph) -> list[str]:
             host = f"{n.name}/scale"
             while host in g:
                 host += "_"
-            readers = [r for r in g.successors(n.name)]
-            out = g.node(n.name).output_shapes[0]
-            g.add_node(host, "mul", EltwiseAttrs(const_shape=()), [Ref(n.name, 0)],
+            readers = g.successors(n.name)
+            product, scaled = Ref(n.name, 0), Ref(host, 0)
+            out = n.output_shapes[0]
+            g.add_node(host, "mul", EltwiseAttrs(const_shape=()), [product],
                        input_shapes=[out], output_shapes=[out])
             for r in readers:
-                rn = g.node(r)
-                g.replace(r, inputs=[Ref(host, 0) if ref == Ref(n.name, 0) else ref
-                                     for ref in rn.inputs])
-            g.outputs = [Ref(host, 0) if o == Ref(n.name, 0) else o for o in g.outputs]
+                g.replace(r, inputs=[scaled if ref == product else ref
+                                     for ref in g.node(r).inputs])
+            g.outputs = [scaled if o == product else o for o in g.outputs]
         for m in moved:
             _absorb(g, host, m)
         names = ", ".join(repr(m.name) for m in moved)
@@ -295,21 +294,23 @@ PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
     drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
 )
 
-#: backends (by id prefix) whose runtime folds a per-channel scale and shift into the
-#: convolution before it, as their own graphs show (ORT's ConvMulFusion/ConvAddFusion,
-#: OpenVINO's); MNN runs them as ops of their own, and LiteRT runs what nnmeter's
-#: exporter writes
-_FOLDS_SCALE_SHIFT = {"ort": True, "openvino": True, "mnn": False, "litert": False}
+#: the passes only some runtimes do, per backend (by id prefix), in order:
+#: :func:`fold_constant_affine` where the runtime folds a per-channel scale and shift
+#: into the convolution before it, as its own graph shows (ORT's
+#: ConvMulFusion/ConvAddFusion, OpenVINO's); :func:`scale_matmul_at_output` where it runs
+#: a scalar scale of a matmul's input inside the product (ORT's MatMulScaleFusion:
+#: FusedMatMul). MNN runs a scale and shift as ops of their own, and LiteRT runs what
+#: nnmeter's exporter writes.
+_BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
+    "ort": (fold_constant_affine, scale_matmul_at_output),
+    "openvino": (fold_constant_affine,),
+}
 
 
-#: backends (by id prefix) whose runtime runs a scalar scale of a matmul's input inside
-#: the product (ORT's MatMulScaleFusion: FusedMatMul)
-_SCALES_MATMUL_INPUTS = {"ort": True}
-
-
-def _affine_candidate(g: ModelGraph) -> bool:
-    """Whether some backend's passes of :func:`for_backend` may rewrite ``g`` (one scan
-    of its nodes): a per-channel constant affine op, or a scalar scale read by a matmul."""
+def _rewrite_candidate(g: ModelGraph) -> bool:
+    """Whether a pass of :data:`_BACKEND_PASSES` may rewrite ``g``, for some backend (one
+    scan of its nodes): a per-channel constant affine op, or a scalar scale read by a
+    matmul."""
     nodes = g.nx._node
     succ = g.nx._succ
     for name, n in nodes.items():
@@ -329,11 +330,8 @@ def for_backend(g: ModelGraph, backend_id: str) -> ModelGraph:
     shift, :func:`scale_matmul_at_output` where it scales a product's inputs inside
     it), or ``g`` itself when they change nothing. Cheap when there is nothing to
     rewrite (one scan of the nodes)."""
-    prefix = str(backend_id).split("-", 1)[0]
-    passes = [p for p, on in ((fold_constant_affine, _FOLDS_SCALE_SHIFT.get(prefix, False)),
-                              (scale_matmul_at_output, _SCALES_MATMUL_INPUTS.get(prefix, False)))
-              if on]
-    if not passes or not _affine_candidate(g):
+    passes = _BACKEND_PASSES.get(str(backend_id).split("-", 1)[0], ())
+    if not passes or not _rewrite_candidate(g):
         return g
     out = g.copy()
     notes = [line for p in passes for line in p(out)]

@@ -83,9 +83,6 @@ IN_MODEL_FILE = "in_model.json"
 #: ``fc`` reads each weight once: a calibration pass that changed the one by 8 % moved
 #: the other's shared coefficient by 40 %)
 GROUPS: tuple[str, ...] = ("conv", "pointwise", "dwconv", "fc", "other", "attention", "gemm")
-#: whether fully connected layers over more than one row get the ``gemm`` group (else
-#: ``fc``, as before it existed)
-SPLIT_GEMM = True
 #: the kernel families of the attention group
 ATTENTION_FAMILIES = frozenset(("matmul", "softmax", "layernorm", "add-layernorm",
                                 "transpose", "split-last"))
@@ -111,9 +108,10 @@ def group_of(kernel_type: str, kernel_size: int | None = None, rows: int | None 
     family, a dense convolution with ``kernel_size`` 1 (its config's ``kernel``) being
     ``pointwise`` and a fully connected layer over ``rows`` > 1 vectors ``gemm``."""
     from nnmeter.predictors.kernel_data import family_of
+    from nnmeter.predictors.weight_refetch import matrix_product
 
     fam = family_of(kernel_type)
-    if fam == "fc" and SPLIT_GEMM and rows is not None and rows > 1:
+    if matrix_product(fam, rows):
         return "gemm"
     if fam in ATTENTION_FAMILIES:
         return "attention"

@@ -118,7 +118,7 @@ class SegmentTotals:
         part = self.parts.get(key)
         if part is not None:
             return part
-        from nnmeter.ir.canonical import _affine_candidate
+        from nnmeter.ir.canonical import _rewrite_candidate
 
         pred = self.predictor
         nodes = split.nodes
@@ -138,7 +138,7 @@ class SegmentTotals:
             return None
         if self.retype is not None:
             kernels = self.retype(kernels)
-        part = _Part(sub, stub, kernels, nodes[end].name, _affine_candidate(sub))
+        part = _Part(sub, stub, kernels, nodes[end].name, _rewrite_candidate(sub))
         self.parts[key] = part
         return part
 

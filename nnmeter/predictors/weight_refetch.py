@@ -41,10 +41,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["STREAMING_FAMILIES", "refetch_ms", "refetch_many_ms"]
+__all__ = ["STREAMING_FAMILIES", "matrix_product", "refetch_ms", "refetch_many_ms"]
 
 #: kernel families whose work is one pass over their weights (matrix-vector at batch 1)
 STREAMING_FAMILIES = frozenset({"fc"})
+
+
+def matrix_product(family: str, rows: float | None) -> bool:
+    """Whether a kernel of ``family`` over ``rows`` vectors is a matrix product that uses
+    each weight once per row (a transformer's projection) rather than a matrix-vector
+    product that reads each weight once (a batch-1 classifier).
+
+    >>> matrix_product("fc", 197), matrix_product("fc", 1), matrix_product("conv", 197)
+    (True, False, False)
+    """
+    return family in STREAMING_FAMILIES and rows is not None and rows > 1
 
 
 def refetch_ms(hot_ms: float, stream_ms: float, *, kernel_bytes: float, llc_bytes: float,

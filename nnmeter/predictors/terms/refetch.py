@@ -16,6 +16,7 @@ import numpy as np
 from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import FitContext, ModelView, Term
 from nnmeter.predictors.facts import DeviceFacts
+from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, matrix_product
 
 __all__ = ["RefetchTerm"]
 
@@ -82,7 +83,7 @@ class RefetchTerm(Term):
         """Every batch row's time inside a cold model, per estimator key (once a batch)."""
         hit = batch.memo.get(self.name)
         if hit is None:
-            from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES, refetch_many_ms
+            from nnmeter.predictors.weight_refetch import refetch_many_ms
             from nnmeter.predictors.weight_stream import WEIGHT_BYTES
 
             hit = batch.memo[self.name] = {}
@@ -93,8 +94,8 @@ class RefetchTerm(Term):
                     np.maximum(batch.hot[key], 0.0), params * WEIGHT_BYTES / self.bytes_per_ms,
                     kernel_bytes=np.fromiter((r[1][1] for r in rows), float, n),
                     llc_bytes=self.llc_bytes,
-                    streams=np.fromiter((_streams(r, self.refetch, self.gemm_refetch) for r in rows), bool,
-                                        n)).tolist()
+                    streams=np.fromiter((_streams(r, self.refetch, self.gemm_refetch)
+                                         for r in rows), bool, n)).tolist()
         return hit
 
     def adjust(self, view: ModelView) -> None:
@@ -123,9 +124,7 @@ def _streams(row: tuple[Any, ...], refetch: bool, gemm_refetch: bool = False) ->
     """Whether a batch row (a feature-cache entry of
     :meth:`~nnmeter.predictors.model.LatencyPredictor._features`) only gets the streaming
     floor inside a cold model, rather than its fetch on top of its hot time."""
-    from nnmeter.predictors.weight_refetch import STREAMING_FAMILIES
-
     if row[4] in STREAMING_FAMILIES:
         # raw fc features start [CIN, COUT, ROWS]
-        return not (gemm_refetch and len(row[2]) > 2 and row[2][2] > 1)
+        return not (gemm_refetch and len(row[2]) > 2 and matrix_product(row[4], row[2][2]))
     return not refetch
