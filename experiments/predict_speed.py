@@ -8,7 +8,7 @@ predictor memo's check of its data files included), on one graph object again an
 fresh copy of the graph each call.
 
 Usage: python experiments/predict_speed.py [--backend ort-cpu] [--n 1000] [--variants 20]
-       [--rounds 3] [--gc-freeze] [--json out.json]
+       [--rounds 3] [--table-n 10000] [--table-fill 500] [--gc-freeze] [--json out.json]
 Prints figures and writes JSON. No assertion on time: this is a benchmark.
 
 ``predict_many`` works segment by segment (:mod:`nnmeter.predictors.segments`). The
@@ -16,6 +16,13 @@ NASBench-201 batch is also timed side by side against the whole-model path
 (``use_segments = False``), alternately in ``--rounds`` rounds of fresh distinct cells
 with both paths' memos emptied before each batch, and the medians are reported with the
 largest difference between the two paths' totals (they are meant to be equal).
+
+NAS-Bench-201 cells given as configs go through the predictor's table of the space
+(:mod:`nnmeter.predictors.space_table`): ``nasbench201_table_fill_networks_per_s`` is a
+table's first fill (networks built and predicted, in memory), ``..._whole_fill_s`` the
+time to fill the stored table whole when it was not (None when it already was), and
+``nasbench201_table_*_models_per_s`` the rate of ``predict_many`` over ``--table-n``
+distinct cells with the table read afresh from the predictor's cache folder each round.
 
 Each distinct MobileNetV2 variant is timed twice: wall clock (``perf_counter``) and the
 process's CPU time (``process_time``). On a machine shared with other work the wall
@@ -49,6 +56,10 @@ def main() -> None:
                     help="distinct MobileNetV2 variants predicted one at a time")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating rounds of the segment and whole-model paths")
+    ap.add_argument("--table-n", type=int, default=10_000,
+                    help="distinct NAS-Bench-201 cells per lookup round (at most 15,625)")
+    ap.add_argument("--table-fill", type=int, default=500,
+                    help="networks in the timed fill of a table in memory")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() after loading (see the module docstring)")
     ap.add_argument("--json", default="experiments/results/predict_speed.json")
@@ -155,6 +166,44 @@ def main() -> None:
             rates[mode].append(len(batch) / (time.perf_counter() - t))
         worst = max(worst, max(abs(a - b) for a, b in zip(got[True], got[False])))
     pred.use_segments = True
+
+    # The NAS-Bench-201 table (nnmeter.predictors.space_table): cells given as configs.
+    # Filling: networks built and predicted into a table in memory only, per network
+    # (the figure of a table's first fill). Lookups: rounds of --table-n distinct cells
+    # (drawn without replacement from the 15,625) through predict_many, each round on a
+    # table object read afresh from the predictor's cache folder (filled there first,
+    # once, if it is not yet), checked against the built graphs for a sample.
+    import numpy as np
+
+    from nnmeter.predictors.space_table import NASBench201Table, live_classes, table_for
+    from nnmeter.zoo.nasbench201 import NUM_CELLS, NASBench201Config, cell_from_index
+
+    net = NASBench201Config()
+    reps = np.unique(live_classes())
+    mem = NASBench201Table(pred, net, None)
+    t = time.perf_counter()
+    mem.fill(reps[:args.table_fill])
+    fill_rate = args.table_fill / (time.perf_counter() - t)
+    on_disk = table_for(pred, net)
+    t = time.perf_counter()
+    filled_now = on_disk.fill(progress=True)
+    fill_s = time.perf_counter() - t
+    table_rates = []
+    rng = np.random.default_rng(0)
+    for r in range(args.rounds):
+        cells = rng.choice(NUM_CELLS, args.table_n, replace=False)
+        configs = [NASBench201Config(cell=cell_from_index(int(i))) for i in cells]
+        pred._space_tables.clear()  # read from disk again
+        t = time.perf_counter()
+        got_ms = pred.predict_many(configs)
+        table_rates.append(len(configs) / (time.perf_counter() - t))
+    sample = [NASBench201Config(cell=cell_from_index(int(i)))
+              for i in rng.choice(NUM_CELLS, 50, replace=False)]
+    from nnmeter.zoo.nasbench201 import NASBench201Family
+
+    built = pred.predict_many([NASBench201Family().build(c) for c in sample])
+    table_worst = max(abs(a - b) for a, b in zip(pred.predict_many(sample), built))
+    del got_ms
     out = {
         "backend": args.backend, "device": pred.device_name, "cached_load_s": load_s, "gc_freeze": args.gc_freeze,
         "mobilenetv2_first_ms": first_ms, "mobilenetv2_repeat_median_ms": statistics.median(times),
@@ -176,9 +225,16 @@ def main() -> None:
         "nasbench201_segments_median_models_per_s": statistics.median(rates[True]),
         "nasbench201_whole_models_median_models_per_s": statistics.median(rates[False]),
         "nasbench201_segments_vs_whole_max_abs_diff_ms": worst,
+        "nasbench201_table_fill_networks": args.table_fill,
+        "nasbench201_table_fill_networks_per_s": fill_rate,
+        "nasbench201_table_whole_fill_s": fill_s if filled_now else None,
+        "nasbench201_table_n": args.table_n,
+        "nasbench201_table_median_models_per_s": statistics.median(table_rates),
+        "nasbench201_table_min_models_per_s": min(table_rates),
+        "nasbench201_table_vs_built_max_abs_diff_ms": table_worst,
     }
     for k, v in out.items():
-        print(f"{k:44s} {v:.4g}" if isinstance(v, float) else f"{k:44s} {v}")
+        print(f"{k:46s} {v:.4g}" if isinstance(v, float) else f"{k:46s} {v}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1))
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "backends",
     "fusion",
     "predict",
+    "space",
     "devices",
     "farm",
     "xray",

@@ -314,6 +314,9 @@ class LatencyPredictor:
         #: (:mod:`nnmeter.predictors.segments`); False: whole models only (same figures)
         self.use_segments = True
         self._segments: Any = None
+        #: NAS-Bench-201 tables per network definition, with the composition they were
+        #: made for (:mod:`nnmeter.predictors.space_table`)
+        self._space_tables: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     def __repr__(self) -> str:
         types = sorted(k.split(":", 1)[1] for k in self.regressors if k.startswith("type:"))
@@ -642,7 +645,28 @@ class LatencyPredictor:
         """Total predicted ms of each graph; kernels of all graphs are predicted in
         one batch per estimator (fast for NAS loops). Graphs that are chains of
         segments are predicted segment by segment, each distinct segment once
-        (:mod:`nnmeter.predictors.segments`; the figures are the same)."""
+        (:mod:`nnmeter.predictors.segments`; the figures are the same).
+
+        ``graphs`` may also hold NAS-Bench-201 configs (or zoo variants of them): those
+        are looked up in the predictor's table of the space, each network built and
+        predicted the first time it is asked for
+        (:mod:`nnmeter.predictors.space_table`; the figures are those of the built
+        graphs)."""
+        if not all(type(g) is ModelGraph for g in graphs):
+            from nnmeter.predictors.space_table import nasbench201_config, predict_configs
+
+            configs = {i: c for i, g in enumerate(graphs)
+                       if not isinstance(g, ModelGraph)
+                       and (c := nasbench201_config(g)) is not None}
+            if configs:
+                out_all: list[float] = [0.0] * len(graphs)
+                for i, t in zip(configs, predict_configs(self, list(configs.values()))):
+                    out_all[i] = t
+                rest = [i for i in range(len(graphs)) if i not in configs]
+                if rest:
+                    for i, t in zip(rest, self.predict_many([graphs[i] for i in rest])):
+                        out_all[i] = t
+                return out_all
         graphs = [_as_graph(g) for g in graphs]
         # A batch allocates many small, acyclic objects; with the cyclic collector on,
         # its full passes over the caller's graphs cost more than the prediction. It is

@@ -41,7 +41,7 @@ from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.zoo.base import Family
 
 __all__ = ["NASBench201Config", "NASBench201Family", "CANDIDATE_OPS", "EDGES", "NUM_CELLS",
-           "cell_index", "cell_from_index", "arch_str"]
+           "cell_index", "cell_from_index", "arch_str", "parse_arch_str", "live_cell"]
 
 #: The 5 candidate ops, in NAS-Bench-201's order.
 CANDIDATE_OPS: tuple[str, ...] = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3",
@@ -54,8 +54,13 @@ NUM_CELLS = len(CANDIDATE_OPS) ** len(EDGES)
 
 def cell_index(cell: tuple[str, ...]) -> int:
     """Index 0..15624 of a cell (base-5 digits over :data:`EDGES`)."""
+    if len(cell) != len(EDGES):
+        raise ValueError(f"a NAS-Bench-201 cell has {len(EDGES)} ops, got {len(cell)}: {cell!r}")
     idx = 0
     for op in cell:
+        if op not in CANDIDATE_OPS:
+            raise ValueError(f"NAS-Bench-201 op {op!r} is not one of "
+                             f"{', '.join(CANDIDATE_OPS)}")
         idx = idx * len(CANDIDATE_OPS) + CANDIDATE_OPS.index(op)
     return idx
 
@@ -83,6 +88,66 @@ def arch_str(cell: tuple[str, ...]) -> str:
     for (j, i), op in zip(EDGES, cell):
         parts[j - 1].append(f"{op}~{i}")
     return "+".join("|" + "|".join(p) + "|" for p in parts)
+
+
+def parse_arch_str(text: str) -> tuple[str, ...]:
+    """The cell of NAS-Bench-201's architecture string (the inverse of :func:`arch_str`).
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not ``|op~0|+|op~0|op~1|+|op~0|op~1|op~2|`` with ops from
+        :data:`CANDIDATE_OPS`.
+    """
+    nodes = text.strip().split("+")
+    if len(nodes) != 3:
+        raise ValueError(f"not a NAS-Bench-201 arch string (3 nodes joined by '+'): {text!r}")
+    cell: list[str] = []
+    for j, node in enumerate(nodes, start=1):
+        edges = node.strip("|").split("|")
+        if not (node.startswith("|") and node.endswith("|")) or len(edges) != j:
+            raise ValueError(f"node {j} of {text!r} must list {j} edge(s) as |op~i|...")
+        for i, edge in enumerate(edges):
+            op, _, src = edge.partition("~")
+            if src != str(i) or op not in CANDIDATE_OPS:
+                raise ValueError(f"edge {edge!r} of {text!r}: expected op~{i} with op one "
+                                 f"of {', '.join(CANDIDATE_OPS)}")
+            cell.append(op)
+    return tuple(cell)
+
+
+def live_cell(cell: tuple[str, ...]) -> tuple[str, ...]:
+    """``cell`` with every edge the inference graph drops set to ``none``: edges from a
+    node that only receives zeros, and edges into a node that feeds nothing alive
+    (see the module docstring); an all-``none`` cell when the output is zero.
+
+    Two cells with one live cell build the same graph, so they have one latency: the
+    15,625 cells are 9,445 distinct networks.
+
+    >>> live_cell(("skip_connect", "none", "none", "none", "none", "nor_conv_3x3"))
+    ('none', 'none', 'none', 'none', 'none', 'none')
+    >>> live_cell(("none", "nor_conv_1x1", "none", "skip_connect", "avg_pool_3x3", "none"))
+    ('none', 'none', 'none', 'skip_connect', 'none', 'none')
+    """
+    ops = dict(zip(EDGES, cell))
+    nonzero, needed = _liveness(ops)
+    if not nonzero[3]:
+        return ("none",) * len(EDGES)
+    return tuple(op if op != "none" and nonzero[i] and nonzero[j] and needed[j] else "none"
+                 for (j, i), op in zip(EDGES, cell))
+
+
+def _liveness(ops: dict[tuple[int, int], str]) -> tuple[dict[int, bool], dict[int, bool]]:
+    """(nonzero, needed) per cell node: a node is non-zero when some live edge brings it
+    a non-zero tensor, and needed when it reaches the output through live edges."""
+    nonzero = {0: True}
+    for j in (1, 2, 3):
+        nonzero[j] = any(ops[(j, i)] != "none" and nonzero[i] for i in range(j))
+    needed = {3: True}
+    for i in (2, 1, 0):
+        needed[i] = any(ops[(j, i)] != "none" and needed[j] and nonzero[j]
+                        for j in range(i + 1, 4))
+    return nonzero, needed
 
 
 @dataclass(frozen=True)
@@ -119,15 +184,7 @@ def _relu_conv_bn(b: GraphBuilder, x: Ref, c: int, k: int, s: int, name: str) ->
 def _cell(b: GraphBuilder, x: Ref, cell: tuple[str, ...], name: str) -> Ref:
     c = b.shape(x)[1]
     ops = {edge: op for edge, op in zip(EDGES, cell)}
-    # A node is non-zero when some live edge brings it a non-zero tensor.
-    nonzero = {0: True}
-    for j in (1, 2, 3):
-        nonzero[j] = any(ops[(j, i)] != "none" and nonzero[i] for i in range(j))
-    # A node is needed when it reaches the output through live edges.
-    needed = {3: True}
-    for i in (2, 1, 0):
-        needed[i] = any(ops[(j, i)] != "none" and needed[j] and nonzero[j]
-                        for j in range(i + 1, 4))
+    nonzero, needed = _liveness(ops)
     if not nonzero[3]:
         return b.eltwise_const("mul", x, (1, 1, 1, 1), name=f"{name}.zero")
     refs: dict[int, Ref] = {0: x}
