@@ -7,6 +7,7 @@ followed by batch norm carry no bias, as in torchvision.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,37 @@ def classifier(b: GraphBuilder, x: Ref, classes: int, *, hidden: tuple[int, ...]
     return b.fc(y, classes, name=f"{name}.fc")
 
 
+#: inverted bottlenecks built before, by everything their nodes depend on:
+#: (name, input Ref, input shape, block, bn_eps) -> (their nodes, the output Ref)
+_BLOCKS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Ref]] = {}
+#: blocks kept before the memo is emptied
+BLOCKS_LIMIT = 20_000
+
+
+def _reused_mbconv(b: GraphBuilder, x: Ref, block: MBBlock, name: str, bn_eps: float) -> Ref:
+    """:func:`mbconv` into ``b``, reusing the nodes of a block built before with the same
+    name, input and parameters (nodes are immutable, so graphs may share them).
+
+    A search mutates one block of a network at a time: the others come back with the
+    same inputs, and inserting their nodes costs a tenth of building them (shape
+    inference and a new Node per op); graphs that share nodes are also compared by
+    identity in the predictor's memos."""
+    g = b.graph
+    key = (name, x, g.shape_of(x), block, bn_eps)
+    hit = _BLOCKS.get(key)
+    if hit is not None and hit[0][0].name not in g:
+        for node in hit[0]:
+            g._insert(node)
+        return hit[1]
+    before = len(g)
+    out = mbconv(b, x, block, name=name, bn_eps=bn_eps)
+    nodes = tuple(islice((d["node"] for d in g.nx._node.values()), before, None))
+    if len(_BLOCKS) >= BLOCKS_LIMIT:
+        _BLOCKS.clear()
+    _BLOCKS[key] = (nodes, out)
+    return out
+
+
 def build_mobile(model_name: str, *, resolution: int, stem_channels: int, stem_act: str,
                  blocks: tuple[MBBlock, ...], last_channels: int, last_act: str,
                  hidden: int = 0, hidden_act: str = "hswish", classes: int = 1000,
@@ -95,7 +127,7 @@ def build_mobile(model_name: str, *, resolution: int, stem_channels: int, stem_a
     y = conv_bn_act(b, b.x, stem_channels, 3, 2, name="features.0", act=stem_act,
                     bn_eps=bn_eps)
     for i, blk in enumerate(blocks):
-        y = mbconv(b, y, blk, name=f"features.{i + 1}", bn_eps=bn_eps)
+        y = _reused_mbconv(b, y, blk, f"features.{i + 1}", bn_eps)
     y = conv_bn_act(b, y, last_channels, 1, name=f"features.{len(blocks) + 1}", act=last_act,
                     bn_eps=bn_eps)
     y = b.gap(y, name="avgpool")
