@@ -181,6 +181,10 @@ def local_farm(nodes: Sequence[Sequence[str]] = (("ort-cpu",), ("litert-cpu",))
     _ray()
     from ray.cluster_utils import Cluster
 
+    # Ray (2.60) writes the cluster's address into its default temp folder (/tmp/ray)
+    # whatever temp_dir says, and fails where that folder does not exist yet (a fresh
+    # machine that never ran Ray)
+    os.makedirs(os.path.join(tempfile.gettempdir(), "ray"), exist_ok=True)
     # Ray's socket paths must stay short: a temp folder right under /tmp
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False,

@@ -28,6 +28,10 @@ Mapping decisions
   whose recorded shapes do not fit the IR op's shape rule (for example a rank-4
   ``BATCH_MATMUL`` over tensors that are not images): it is kept, with
   ``meta["ir_mismatch"]`` saying why, and a warning is logged.
+- **Swish.** ``LOGISTIC`` whose only reader is a ``MUL`` by the logistic's own input
+  (``x * sigmoid(x)``, as Keras writes swish and nnmeter's own export does) is one
+  ``swish`` node named after the ``MUL``; a sigmoid gating another tensor (a
+  squeeze-excite gate) stays ``sigmoid`` + ``mul``.
 - **Reshape of a rank-4 tensor** keeps the file's element order (NHWC): it is recorded
   as ``reshape`` to the canonical target shape with ``meta["element_order"] = "NHWC"``
   rather than inventing a transpose the file does not contain.
@@ -40,6 +44,14 @@ Mapping decisions
   ``input_shapes`` the static shapes the file stores (1 for a dynamic batch) are
   used and a warning says so; with ``input_shapes`` (canonical NCHW) the LiteRT
   interpreter resizes the inputs and every tensor's shape is read back from it.
+- **Shapes computed at run time.** A Keras ``Dense`` layer over an image is lowered as a
+  Tensordot: ``SHAPE`` → ``GATHER`` / ``REDUCE_PROD`` / ``PACK`` → ``RESHAPE`` to rows →
+  ``FULLY_CONNECTED`` → ``RESHAPE`` back, and the file stores placeholders (``1 x 1``)
+  for the tensors in between. Such a model is run once by the LiteRT interpreter on
+  zeros (without delegates); every tensor's shape is read back from the run, ``SHAPE``
+  of a known shape is a constant and the shape arithmetic after it folds (listed in
+  ``folded_ops``), so the dense layer is an ``fc`` over ``H * W`` rows between two
+  reshapes.
 - **Names.** Graph inputs and outputs take their signature names when the model has
   a signature (an exported IR graph keeps its input and output names); other nodes
   take the first ``;``-separated part of their output tensor's name, made unique.
@@ -127,7 +139,8 @@ class _Converter:
     """Walks one subgraph's operators in order and adds IR nodes."""
 
     def __init__(self, model: TflModel, sg: TflSubgraph, shapes: dict[int, tuple[int, ...]],
-                 graph: ModelGraph, signature_names: dict[int, str]) -> None:
+                 graph: ModelGraph, signature_names: dict[int, str],
+                 values: Mapping[int, np.ndarray] | None = None) -> None:
         self.model = model
         self.sg = sg
         self.shapes = shapes                  # tensor index -> NHWC-held shape
@@ -135,6 +148,13 @@ class _Converter:
         self.sig_names = signature_names      # tensor index -> signature name
         self.refs: dict[int, Ref] = {}        # activation tensors
         self.consts: dict[int, np.ndarray | None] = {}
+        self.values = dict(values or {})      # shape computations' values, from one run
+        self.readers: dict[int, list[TflOperator]] = {}   # tensor -> operators reading it
+        for o in sg.operators:
+            for i in set(o.inputs):
+                if i >= 0:
+                    self.readers.setdefault(i, []).append(o)
+        self.done: set[int] = set()           # operators consumed by an earlier pattern
         self.folded: list[str] = []
         self.warnings: list[str] = []
 
@@ -286,12 +306,23 @@ class _Converter:
             self._unknown(op, reason=str(err))
 
     def _fold(self, op: TflOperator) -> np.ndarray | None:
+        if op.outputs and op.outputs[0] in self.values:
+            # a shape computation (GATHER, PACK, REDUCE_PROD... of a SHAPE): its value
+            return self.values[op.outputs[0]]
         if op.op_type == "DEQUANTIZE" and len(op.inputs) == 1:
             data = self.consts.get(op.inputs[0])
             t = self.tensor(op.inputs[0])
             if data is not None and t.quant is None:
                 return data.astype(np.float32)
         return None
+
+    def _op_shape(self, op: TflOperator) -> None:
+        # The shape of a tensor whose shape is known here is a constant: the shape
+        # computations after it fold, and the reshape they feed reads its target from
+        # the output's (resolved) shape.
+        x = op.inputs[0]
+        self.consts[op.outputs[0]] = np.asarray(self.shapes[x], dtype=np.int64)
+        self.folded.append(f"SHAPE#{op.index}")
 
     def _unknown(self, op: TflOperator, reason: str | None = None) -> None:
         original = (f"tflite:CUSTOM:{op.custom_code}" if op.op_type == "CUSTOM"
@@ -320,8 +351,31 @@ class _Converter:
         self.emit(op, "unknown", UnknownAttrs(original_type=original, fields=fields), acts,
                   meta=meta)
 
+    def _gated_by_input(self, op: TflOperator) -> TflOperator | None:
+        """The MUL that is the sole reader of ``op``'s output and multiplies it by ``op``'s
+        own input (``x * sigmoid(x)``: swish), without a fused activation; else None."""
+        out, x = op.outputs[0], op.inputs[0]
+        readers = self.readers.get(out, [])
+        if len(readers) != 1 or out in self.sig_names:
+            return None
+        mul = readers[0]
+        if (mul.op_type != "MUL" or sorted(mul.inputs) != sorted([x, out])
+                or mul.options.get("fused_activation_function", "none") != "none"):
+            return None
+        return mul
+
     def _simple(self, op: TflOperator, ir_op: str) -> None:
         meta: dict[str, Any] = {}
+        if op.op_type == "LOGISTIC" and (mul := self._gated_by_input(op)) is not None:
+            # x * sigmoid(x) is one swish, as the ONNX frontend reads Sigmoid + Mul and as
+            # nnmeter's own TFLite export writes swish
+            self.done.add(mul.index)
+            meta["absorbed"] = [self.tensor(op.outputs[0]).name]   # the LOGISTIC's output
+            q = self.quant_meta(mul.outputs[0])
+            if q:
+                meta["quant"] = q
+            self.emit(mul, "swish", NoAttrs(), [op.inputs[0]], meta=meta)
+            return
         if op.op_type == "LEAKY_RELU":
             meta["alpha"] = op.options.get("alpha")
         if op.op_type == "GELU" and op.options.get("approximate"):
@@ -630,10 +684,34 @@ def _clean(name: str) -> str:
     return name.removeprefix("serving_default_") or "input"
 
 
+#: ops whose output is a shape computed at run time (the Keras Dense layer over an image,
+#: lowered as a Tensordot, reshapes by one)
+_SHAPE_OPS = {"SHAPE"}
+#: the largest integer tensor read back as a shape computation's value
+_SHAPE_VALUE_MAX = 64
+
+
+def _computes_shapes(sg: TflSubgraph) -> bool:
+    """Whether some tensor's shape is known only at run time: a ``SHAPE`` op, or a
+    dynamic dimension past the batch. The file then stores placeholders (a reshape to
+    ``1 x 1``, and every tensor after it until a reshape to constant dimensions)."""
+    return (any(op.op_type in _SHAPE_OPS for op in sg.operators)
+            or any(-1 in tuple(t.shape_signature)[1:] for t in sg.tensors
+                   if t.index not in sg.inputs))
+
+
 def _resolve_shapes(buf: bytes, model: TflModel, index: int, input_names: list[str],
                     input_shapes: Mapping[str, Sequence[int]] | None,
-                    where: str) -> tuple[dict[int, tuple[int, ...]], list[str]]:
-    """NHWC-held shape of every tensor, resizing dynamic inputs when asked."""
+                    where: str) -> tuple[dict[int, tuple[int, ...]], list[str],
+                                         dict[int, np.ndarray]]:
+    """NHWC-held shape of every tensor, resizing dynamic inputs when asked, and the values
+    of the small integer tensors that compute shapes at run time.
+
+    When shapes are computed at run time (:func:`_computes_shapes`) the model is run once
+    by the LiteRT interpreter on zeros, without delegates, and every tensor's shape (and
+    each shape computation's value) is read back from it; without ai-edge-litert the
+    file's placeholders stay, with a note.
+    """
     sg = model.subgraphs[index]
     shapes = {t.index: t.shape for t in sg.tensors}
     notes: list[str] = []
@@ -674,34 +752,66 @@ def _resolve_shapes(buf: bytes, model: TflModel, index: int, input_names: list[s
                    f"input_shapes={{{name!r}: (...)}} to choose")
             logger.warning(msg)
             notes.append(msg)
-    if not wanted:
-        return shapes, notes
+    run = _computes_shapes(sg)
+    if not wanted and not run:
+        return shapes, notes, {}
     if index != 0:
-        raise DynamicShapeError(
-            f"{where}: resizing inputs is only possible for the main subgraph (0), not {index}"
-        )
+        if wanted:
+            raise DynamicShapeError(
+                f"{where}: resizing inputs is only possible for the main subgraph (0), "
+                f"not {index}")
+        notes.append(f"subgraph {index} computes shapes at run time; its stored "
+                     f"placeholder shapes are used")
+        return shapes, notes, {}
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError as err:
-        raise DynamicShapeError(
-            "resizing dynamic inputs needs ai-edge-litert (pip install ai-edge-litert)"
-        ) from err
+        if wanted:
+            raise DynamicShapeError(
+                "resizing dynamic inputs needs ai-edge-litert (pip install ai-edge-litert)"
+            ) from err
+        msg = (f"{where} computes some shapes at run time and ai-edge-litert is not "
+               f"installed to run it once; the file's placeholder shapes are used, and ops "
+               f"whose shapes do not fit stay unknown (pip install ai-edge-litert)")
+        logger.warning(msg)
+        notes.append(msg)
+        return shapes, notes, {}
+    values: dict[int, np.ndarray] = {}
     try:
         # Without delegates: XNNPACK would hide the intermediate tensors' new shapes.
         interp = Interpreter(
-            model_content=buf,
+            model_content=buf, experimental_preserve_all_tensors=run,
             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         for t_index, shape in wanted.items():
             interp.resize_tensor_input(t_index, list(shape), strict=True)
         interp.allocate_tensors()
+        if run:
+            for d in interp.get_input_details():
+                interp.set_tensor(d["index"], np.zeros(d["shape"], dtype=d["dtype"]))
+            interp.invoke()
         details = interp.get_tensor_details()
     except (RuntimeError, ValueError) as err:
-        raise DynamicShapeError(
-            f"{where}: LiteRT could not resize the inputs to {wanted} (NHWC): {err}"
-        ) from err
+        if wanted:
+            raise DynamicShapeError(
+                f"{where}: LiteRT could not resize the inputs to {wanted} (NHWC): {err}"
+            ) from err
+        msg = (f"{where}: LiteRT could not run the model to learn the shapes it computes at "
+               f"run time ({err}); the file's placeholder shapes are used")
+        logger.warning(msg)
+        notes.append(msg)
+        return shapes, notes, {}
     for d in details:
-        shapes[int(d["index"])] = tuple(int(x) for x in d["shape"])
-    return shapes, notes
+        i = int(d["index"])
+        shapes[i] = tuple(int(x) for x in d["shape"])
+        if (run and np.issubdtype(d["dtype"], np.integer) and d["quantization"] == (0.0, 0)
+                and int(np.prod(d["shape"])) <= _SHAPE_VALUE_MAX):
+            try:
+                values[i] = np.array(interp.get_tensor(i))
+            except ValueError:  # a tensor the interpreter no longer holds
+                pass
+    if run:
+        notes.append("shapes computed at run time read from one LiteRT run on zeros")
+    return shapes, notes, values
 
 
 def tflite_inputs(path: str | os.PathLike[str] | bytes,
@@ -767,7 +877,8 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
     index, sig_in, sig_out, sig_key = _choose_subgraph(model, subgraph, where)
     sg = model.subgraphs[index]
     input_names = [sig_in.get(t, _clean(sg.tensors[t].name)) for t in sg.inputs]
-    shapes, notes = _resolve_shapes(buf, model, index, input_names, input_shapes, where)
+    shapes, notes, values = _resolve_shapes(buf, model, index, input_names,
+                                            input_shapes, where)
     bad = [sg.tensors[t].name for t in sg.inputs if any(d <= 0 for d in shapes[t])]
     if bad:
         raise DynamicShapeError(
@@ -776,7 +887,7 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
 
     name = Path(where).stem if where != "<bytes>" else "tflite_model"
     graph = ModelGraph(name)
-    conv = _Converter(model, sg, shapes, graph, sig_out)
+    conv = _Converter(model, sg, shapes, graph, sig_out, values)
     conv.warnings.extend(notes)
     produced = {t for op in sg.operators for t in op.outputs}
     for t in sg.tensors:
@@ -793,6 +904,8 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
                        meta={"quant": q} if (q := conv.quant_meta(t_index)) else {})
         conv.refs[t_index] = Ref(node_name, 0)
     for op in sg.operators:
+        if op.index in conv.done:
+            continue
         missing = [i for i in op.inputs if i >= 0 and i not in conv.refs and i not in conv.consts]
         if missing:
             raise ModelLoadError(

@@ -8,7 +8,6 @@ Recorded differences that the normalisation removes (each is what TensorFlow's
 converter does, not a loss in either frontend):
 
 - ``bn`` is folded into the conv / dwconv / fc before it (dropped on the ONNX side);
-- ``swish`` is ``sigmoid`` + ``mul`` in TFLite (expanded on the ONNX side);
 - ``hsigmoid`` is ``[add(+3)] -> relu6 -> mul(1/6)`` in TFLite, the add folded into a
   preceding conv's bias (collapsed back on the TFLite side);
 - ``channelshuffle`` is ``reshape -> transpose -> reshape`` in TFLite (collapsed);
@@ -61,20 +60,6 @@ class _View:
         for name in chain[:-1]:
             del self.nodes[name]
 
-    def expand(self, name: str, ops: list[str]) -> None:
-        """Replace node ``name`` by a chain ``ops[0] -> ops[1] ...`` reading its first input
-        (binary ops after the first also read that input: x * sigmoid(x))."""
-        node = self.nodes.pop(name)
-        prev = node["inputs"][0]
-        new = []
-        for k, op in enumerate(ops):
-            nm = name if k == len(ops) - 1 else f"{name}#{k}"
-            ins = [prev] if k == 0 else [node["inputs"][0], prev]
-            self.nodes[nm] = {"op": op, "shapes": node["shapes"], "inputs": ins,
-                              "attrs": None, "meta": {}}
-            new.append(nm)
-            prev = nm
-
     def signature(self) -> tuple[Counter, Counter]:
         def sig(name: str) -> tuple:
             n = self.nodes[name]
@@ -116,8 +101,6 @@ def normalise_onnx(g: ModelGraph) -> _View:
     v = _View(g)
     for name in [k for k, n in v.nodes.items() if n["op"] == "bn"]:
         v.bypass(name)
-    for name in [k for k, n in v.nodes.items() if n["op"] == "swish"]:
-        v.expand(name, ["sigmoid", "mul"])
     for n in v.nodes.values():
         if n["op"] == "flatten":
             n["op"], n["attrs"] = "reshape", None

@@ -247,6 +247,68 @@ def dynamic_model(tf, tmp_path_factory):
     return p
 
 
+@pytest.fixture(scope="module")
+def tensordot_model(tf, tmp_path_factory):
+    """A dense layer over an image, as Keras lowers it (tf.tensordot): the reshapes'
+    targets are computed at run time from SHAPE, and the file stores 1 x 1 for them."""
+    w = np.full((8, 16), 0.1, np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 7, 7, 8), tf.float32, name="img")])
+    def f(x):
+        return {"out": tf.nn.relu(tf.tensordot(x, tf.constant(w), axes=1))}
+
+    data = tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()], tf.Module()).convert()
+    p = tmp_path_factory.mktemp("tensordot") / "tensordot.tflite"
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.integration
+def test_shapes_computed_at_run_time_are_read_from_one_run(tensordot_model):
+    from nnmeter.frontends._tflite_schema import read_model
+
+    sg = read_model(tensordot_model.read_bytes()).subgraphs[0]
+    assert "SHAPE" in [op.op_type for op in sg.operators]     # the case this covers
+    g = load_tflite(tensordot_model)
+    assert not g.unknown_ops()
+    fc = [n for n in g.nodes() if n.op == "fc"]
+    assert len(fc) == 1 and fc[0].output_shape == (49, 16)    # 7 x 7 rows, not 1
+    assert g.outputs and g.shape_of(g.outputs[0]) == (1, 16, 7, 7)
+    assert any(f.startswith("SHAPE#") for f in g.meta["folded_ops"])
+    assert any("run time" in w for w in g.meta["warnings"])
+    g2 = load_tflite(tensordot_model, input_shapes={"img": (2, 8, 7, 7)})
+    assert [n for n in g2.nodes() if n.op == "fc"][0].output_shape == (98, 16)
+
+
+@pytest.mark.integration
+def test_swish_is_one_node_and_a_gate_stays_sigmoid_and_mul(tf, tmp_path):
+    w = np.full((1, 1, 4, 4), 0.1, np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 6, 6, 4), tf.float32, name="img")])
+    def f(x):
+        y = tf.nn.conv2d(x, tf.constant(w), 1, "SAME")
+        y = y * tf.math.sigmoid(y)                                   # swish
+        gate = tf.math.sigmoid(tf.reduce_mean(y, axis=[1, 2], keepdims=True))
+        return {"out": y * gate}                                     # squeeze-excite gate
+
+    p = tmp_path / "swish.tflite"
+    p.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()], tf.Module()).convert())
+    g = load_tflite(p)
+    counts = g.op_counts()
+    assert counts.get("swish") == 1 and counts.get("sigmoid") == 1 and counts.get("mul") == 1
+    swish = next(n for n in g.nodes() if n.op == "swish")
+    assert g.node(swish.inputs[0].node).op == "conv" and swish.meta["absorbed"]
+    # nnmeter's own export of a swish reads back as a swish
+    from nnmeter.exporters.tflite import export_tflite
+
+    b = GraphBuilder("sw", (1, 4, 6, 6), input_name="image")
+    ir = b.build([b.act(b.conv(b.x, 4, 1, name="c"), "swish", name="s")])
+    export_tflite(ir, tmp_path / "own.tflite")
+    assert load_tflite(tmp_path / "own.tflite").op_counts().get("swish") == 1
+
+
 @pytest.mark.integration
 def test_dynamic_batch_uses_one_with_warning(dynamic_model, caplog):
     with caplog.at_level(logging.WARNING, logger="nnmeter.frontends.tflite"):
