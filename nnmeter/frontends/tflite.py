@@ -684,9 +684,6 @@ def _clean(name: str) -> str:
     return name.removeprefix("serving_default_") or "input"
 
 
-#: ops whose output is a shape computed at run time (the Keras Dense layer over an image,
-#: lowered as a Tensordot, reshapes by one)
-_SHAPE_OPS = {"SHAPE"}
 #: the largest integer tensor read back as a shape computation's value
 _SHAPE_VALUE_MAX = 64
 
@@ -695,7 +692,7 @@ def _computes_shapes(sg: TflSubgraph) -> bool:
     """Whether some tensor's shape is known only at run time: a ``SHAPE`` op, or a
     dynamic dimension past the batch. The file then stores placeholders (a reshape to
     ``1 x 1``, and every tensor after it until a reshape to constant dimensions)."""
-    return (any(op.op_type in _SHAPE_OPS for op in sg.operators)
+    return (any(op.op_type == "SHAPE" for op in sg.operators)
             or any(-1 in tuple(t.shape_signature)[1:] for t in sg.tensors
                    if t.index not in sg.inputs))
 
@@ -806,9 +803,10 @@ def _resolve_shapes(buf: bytes, model: TflModel, index: int, input_names: list[s
         if (run and np.issubdtype(d["dtype"], np.integer) and d["quantization"] == (0.0, 0)
                 and int(np.prod(d["shape"])) <= _SHAPE_VALUE_MAX):
             try:
-                values[i] = np.array(interp.get_tensor(i))
-            except ValueError:  # a tensor the interpreter no longer holds
-                pass
+                value = interp.get_tensor(i)
+            except ValueError:  # a tensor the interpreter no longer holds: no value
+                continue
+            values[i] = np.array(value)
     if run:
         notes.append("shapes computed at run time read from one LiteRT run on zeros")
     return shapes, notes, values
