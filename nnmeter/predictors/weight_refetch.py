@@ -87,8 +87,15 @@ def refetch_ms(hot_ms: float, stream_ms: float, *, kernel_bytes: float, llc_byte
 
 
 def refetch_many_ms(hot_ms: np.ndarray, stream_ms: np.ndarray, *, kernel_bytes: np.ndarray,
-                    llc_bytes: float, streams: np.ndarray) -> np.ndarray:
-    """:func:`refetch_ms` over arrays of kernels (one element per kernel)."""
+                    llc_bytes: float, streams: np.ndarray,
+                    fetched: np.ndarray | float = 1.0) -> np.ndarray:
+    """:func:`refetch_ms` over arrays of kernels (one element per kernel).
+
+    ``fetched`` (per kernel, or one for all) is the share of the fetch that a kernel
+    paying it on top of its hot time really adds: 1 for a convolution; a device's
+    fitted share for a matrix product, whose weight fetch the runtime partly overlaps
+    with its arithmetic (:func:`nnmeter.predictors.terms.in_model.fit_gemm_fetch`).
+    """
     hot = np.asarray(hot_ms, float)
     stream = np.asarray(stream_ms, float)
     kbytes = np.asarray(kernel_bytes, float)
@@ -100,5 +107,5 @@ def refetch_many_ms(hot_ms: np.ndarray, stream_ms: np.ndarray, *, kernel_bytes: 
             f"llc_bytes {llc_bytes}")
     floor = np.maximum(hot, stream)
     # measured hot (fits the cache) and re-reads its weights: the DRAM fetch adds
-    added = hot + stream
+    added = hot + np.asarray(fetched, float) * stream
     return np.where(flags | (kbytes > llc_bytes), floor, added)

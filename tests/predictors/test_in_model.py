@@ -260,3 +260,61 @@ def test_another_pass_keeps_every_models_fastest_pass(world):
     finally:
         (d / IN_MODEL_FILE).unlink()
         clear_memo()
+
+
+def test_the_pull_is_chosen_by_leaving_one_model_out():
+    from nnmeter.predictors.in_model import RIDGES, choose_ridge
+
+    rng = np.random.default_rng(0)
+    B = rng.uniform(1, 20, size=(12, 2))
+    base = rng.uniform(1, 5, size=12)
+    # a device that pays 0.05 ms per MB of the first group: the weakest pull fits it
+    paid = base + 0.05 * B[:, 0]
+    ridge, scores = choose_ridge(B, base, paid)
+    assert ridge == RIDGES[0] and set(scores) == set(RIDGES)
+    assert scores[RIDGES[0]] < scores[RIDGES[-1]]
+    # a device whose models take what their kernels say: every pull scores alike, and
+    # the strongest is kept
+    ridge, scores = choose_ridge(B, base, base.copy())
+    assert ridge == RIDGES[-1] and max(scores.values()) < 1e-6
+    # too few models to leave one out: the default pull, no scores
+    assert choose_ridge(B[:2], base[:2], paid[:2]) == (RIDGES[0], {})
+
+
+class _Report:
+    def __init__(self, total_ms):
+        self.total_ms = total_ms
+
+
+class _FetchPredictor:
+    """A stand-in predictor: each "graph" is (hot ms, fetch ms); a model's total is its
+    hot time plus the refetch term's share of its fetch."""
+
+    def __init__(self, term):
+        self.composition = Composition((term,))
+        self.meta = {}
+
+    def predict(self, graph, check_device=True):
+        t = self.composition.get("weight_refetch")
+        share = t.gemm_fetch if t.gemm_refetch else 0.0
+        return _Report(graph[0] + share * graph[1])
+
+
+def test_a_devices_share_of_the_matrix_product_fetch_is_fitted_on_whole_models():
+    from nnmeter.predictors.terms.in_model import MIN_GEMM_MODELS, fit_gemm_fetch
+    from nnmeter.predictors.terms.refetch import RefetchTerm
+
+    term = RefetchTerm(2e7, 32e6, refetch=False, gemm_refetch=True)
+    graphs = [(1.0, 0.5), (2.0, 0.4), (4.0, 2.0), (0.5, 0.3), (3.0, 1.5), (1.0, 0.0)]
+    rows = [(g, g[0] + 0.4 * g[1]) for g in graphs]   # this device shows 0.4 of it
+    fitted = fit_gemm_fetch(_FetchPredictor(term), rows)
+    assert fitted.composition.get("weight_refetch").gemm_fetch == pytest.approx(0.4)
+    assert fitted.meta["gemm_fetch"]["models"] == 5      # the last one has no fetch
+    assert fitted.meta["gemm_fetch"]["median_error_after"] < \
+        fitted.meta["gemm_fetch"]["median_error_before"]
+    # a backend whose table says "no fetch on top" gets one where whole models show it
+    off = fit_gemm_fetch(_FetchPredictor(RefetchTerm(2e7, 32e6, refetch=False)), rows)
+    assert off.composition.get("weight_refetch").gemm_refetch
+    # too few models the share moves: unchanged, nothing recorded
+    few = fit_gemm_fetch(_FetchPredictor(term), rows[:MIN_GEMM_MODELS - 1])
+    assert few.composition.get("weight_refetch") == term and "gemm_fetch" not in few.meta

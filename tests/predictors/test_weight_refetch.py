@@ -68,3 +68,13 @@ def test_a_fully_connected_layer_over_many_rows_pays_its_fetch_on_top():
     assert _streams(row("conv", [56.0, 56.0, 64.0]), False, True)
     assert not _streams(row("conv", [56.0, 56.0, 64.0]), True, True)
     assert GEMM_REFETCH_BACKENDS == {"ort"}
+
+
+def test_a_share_of_the_fetch_is_added_to_kernels_that_pay_it_on_top():
+    hot, stream = np.array([1.0, 1.0, 0.1]), np.array([0.5, 0.5, 0.5])
+    kbytes = np.array([1e6, 1e6, 1e6])
+    out = refetch_many_ms(hot, stream, kernel_bytes=kbytes, llc_bytes=32e6,
+                          streams=np.array([False, False, True]),
+                          fetched=np.array([0.4, 1.0, 0.4]))
+    # on top: 1 + 0.4 * 0.5 and 1 + 0.5; a streaming kernel keeps its floor
+    assert out.tolist() == pytest.approx([1.2, 1.5, 0.5])

@@ -27,12 +27,15 @@ class RefetchTerm(Term):
     last-level cache; ``refetch``: kernels that re-read their weights pay the fetch on
     top of their hot time (else they only get the streaming floor); ``gemm_refetch``:
     fully connected layers over many rows pay it on top whatever ``refetch`` says (see
-    :data:`GEMM_REFETCH_BACKENDS`)."""
+    :data:`GEMM_REFETCH_BACKENDS`); ``gemm_fetch``: the share of that fetch they add,
+    1 until a device's whole-model measurements fit it
+    (:func:`~nnmeter.predictors.terms.in_model.fit_gemm_fetch`)."""
 
     bytes_per_ms: float
     llc_bytes: float
     refetch: bool
     gemm_refetch: bool = False
+    gemm_fetch: float = 1.0
 
     name: ClassVar[str] = "weight_refetch"
     label: ClassVar[str] = "weights refetched past the last-level cache"
@@ -90,12 +93,17 @@ class RefetchTerm(Term):
             for key, (rows, _) in batch.jobs.items():
                 n = len(rows)
                 params = np.fromiter((r[3] for r in rows), float, n)
+                fetched: Any = 1.0
+                if self.gemm_fetch != 1.0 and self.gemm_refetch:
+                    fetched = np.fromiter((self.gemm_fetch if _gemm(r) else 1.0
+                                           for r in rows), float, n)
                 hit[key] = refetch_many_ms(
                     np.maximum(batch.hot[key], 0.0), params * WEIGHT_BYTES / self.bytes_per_ms,
                     kernel_bytes=np.fromiter((r[1][1] for r in rows), float, n),
                     llc_bytes=self.llc_bytes,
                     streams=np.fromiter((_streams(r, self.refetch, self.gemm_refetch)
-                                         for r in rows), bool, n)).tolist()
+                                         for r in rows), bool, n),
+                    fetched=fetched).tolist()
         return hit
 
     def adjust(self, view: ModelView) -> None:
@@ -116,8 +124,18 @@ class RefetchTerm(Term):
 #: (a batch-1 one, a matrix-vector product, streams them). Chosen on each backend's
 #: transformer design set (seed 1000, on epyc-zen5-avx512-2c): ort-cpu 75.0 -> 85.0 %
 #: within ±10 % (MAPE 7.1 -> 5.8 %, the CNNs unchanged); litert-cpu 62.1 -> 58.6 %
-#: (MAPE 9.6 -> 9.7 %), so not there
+#: (MAPE 9.6 -> 9.7 %), so not there. This is the default of a device without whole-model
+#: measurements; where a dataset has them (``in_model.json``), the share of the fetch
+#: is fitted on them for every backend (:func:`~nnmeter.predictors.terms.in_model.fit_gemm_fetch`:
+#: ort-cpu 1.0 on epyc-zen5-avx512-2c, 0.7 on epyc-zen4-avx512-2c; litert-cpu 0.5 on
+#: epyc-zen5-avx512-2c)
 GEMM_REFETCH_BACKENDS = frozenset({"ort"})
+
+
+def _gemm(row: tuple[Any, ...]) -> bool:
+    """Whether a batch row is a fully connected layer over many rows (a matrix product;
+    raw fc features start [CIN, COUT, ROWS])."""
+    return row[4] in STREAMING_FAMILIES and len(row[2]) > 2 and matrix_product(row[4], row[2][2])
 
 
 def _streams(row: tuple[Any, ...], refetch: bool, gemm_refetch: bool = False) -> bool:
@@ -125,6 +143,5 @@ def _streams(row: tuple[Any, ...], refetch: bool, gemm_refetch: bool = False) ->
     :meth:`~nnmeter.predictors.model.LatencyPredictor._features`) only gets the streaming
     floor inside a cold model, rather than its fetch on top of its hot time."""
     if row[4] in STREAMING_FAMILIES:
-        # raw fc features start [CIN, COUT, ROWS]
-        return not (gemm_refetch and len(row[2]) > 2 and matrix_product(row[4], row[2][2]))
+        return not (gemm_refetch and _gemm(row))
     return not refetch
