@@ -32,11 +32,21 @@ The transformer set (``--set transformers``; files under
 published small sizes through the same exporter: BERT-mini/small, DistilBERT, RoBERTa,
 ELECTRA-small, ALBERT-base (text, sequence length 128, the embedding lookups as float
 inputs), ViT-tiny/small, DeiT-tiny, Swin-tiny, MobileViT-XS/XXS, ConvNeXt-tiny,
-SegFormer-B0, LeViT-128S and PoolFormer-S12 (vision). Its rows go to
+SegFormer-B0, LeViT-128S and PoolFormer-S12 (vision). For litert-cpu it also holds
+keras-hub backbones (``keras-hub-*``, exporter ``tflite-converter``): the same kinds of
+architecture written by another library, built from their constructors at published
+sizes (random weights) and converted by the TFLite converter with static shapes:
+BERT-mini/small, DistilBERT, RoBERTa-small, ALBERT-base, ELECTRA-small,
+DeBERTa-v3-xsmall/small (text: int32 ``token_ids``, ``padding_mask`` and, where the
+backbone takes them, ``segment_ids``, all (1, 128)), ViT-tiny/small, DeiT-tiny,
+DINOv2-small, Swin-tiny and MiT-B0 (SegFormer's encoder) at 224 px. ``build --set
+transformers --only tflite-converter`` writes only those. Its rows go to
 ``transformers.jsonl``.
 
 ``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv,
-transformers);
+transformers; the keras-hub backbones also need `pip install --no-deps keras-hub==0.32.0`,
+see setup.cfg)
+and, for the .tflite files, the ``tensorflow`` extra;
 files go to ``DIR`` (default ``$XDG_CACHE_HOME/nnmeter/real_set``) with a
 ``manifest.json`` and are not committed (hundreds of MB of random weights); they are
 rebuilt the same way from the same seeds. ``measure`` appends one row per (model, pass)
@@ -192,14 +202,80 @@ _HF: dict[str, tuple[str, str, dict, str, str, int]] = {
                        "image", 224),
 }
 
+#: The transformer set's TFLite half: keras-hub backbones (Keras 3 layers, keras-hub's
+#: own attention and embeddings) built from their constructors with random weights
+#: (seed 0) and written by the TFLite converter, for litert-cpu. Sizes are the published
+#: ones, as in ``_HF``: BERT-mini/small from Turc et al. 2019 (the BERT miniatures),
+#: ViT-tiny/small and DeiT-tiny from Touvron et al. 2021 (DeiT), MiT-B0 from SegFormer
+#: (Xie et al. 2021), ``roberta-small`` as in ``_HF``, and the others the config of the
+#: keras-hub preset of that name (``electra_small_discriminator_uncased_en``,
+#: ``deberta_v3_extra_small_en``, ``swin_tiny_patch4_window7_224``, ``dinov2_small``...).
+#: Where keras-hub 0.32 has a preset, the parameter count equals its ``params`` metadata,
+#: except DINOv2 (the preset's position embeddings are for 518 px, these for 224 px) and
+#: MiT-B0 (3,319,392 against the preset's 3,321,962).
+#: name: (backbone class, constructor arguments, family, input: "text" or "image",
+#: sequence length or image size). Text models read int32 ``token_ids`` and
+#: ``padding_mask`` (and ``segment_ids`` where the backbone takes them) of shape
+#: (1, 128) and give the sequence output; vision models read a float32 (1, size, size, 3)
+#: image and give the backbone's output (tokens, or MiT's last feature map).
+_KERAS_HUB: dict[str, tuple[str, dict, str, str, int]] = {
+    "bert-mini": ("BertBackbone", dict(
+        vocabulary_size=30522, num_layers=4, num_heads=4, hidden_dim=256,
+        intermediate_dim=1024), "bert", "text", 128),
+    "bert-small": ("BertBackbone", dict(
+        vocabulary_size=30522, num_layers=4, num_heads=8, hidden_dim=512,
+        intermediate_dim=2048), "bert", "text", 128),
+    "distilbert-base": ("DistilBertBackbone", dict(
+        vocabulary_size=30522, num_layers=6, num_heads=12, hidden_dim=768,
+        intermediate_dim=3072), "bert", "text", 128),
+    "roberta-small": ("RobertaBackbone", dict(
+        vocabulary_size=50265, num_layers=4, num_heads=8, hidden_dim=512,
+        intermediate_dim=2048), "bert", "text", 128),
+    "albert-base": ("AlbertBackbone", dict(
+        vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128,
+        hidden_dim=768, intermediate_dim=3072), "bert", "text", 128),
+    "electra-small": ("ElectraBackbone", dict(
+        vocab_size=30522, num_layers=12, num_heads=4, hidden_dim=256, embedding_dim=128,
+        intermediate_dim=1024), "bert", "text", 128),
+    "deberta-v3-xsmall": ("DebertaV3Backbone", dict(
+        vocabulary_size=128100, num_layers=12, num_heads=6, hidden_dim=384,
+        intermediate_dim=1536), "bert", "text", 128),
+    "deberta-v3-small": ("DebertaV3Backbone", dict(
+        vocabulary_size=128100, num_layers=6, num_heads=12, hidden_dim=768,
+        intermediate_dim=3072), "bert", "text", 128),
+    "vit-tiny": ("ViTBackbone", dict(
+        patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768),
+        "vit", "image", 224),
+    "vit-small": ("ViTBackbone", dict(
+        patch_size=16, num_layers=12, num_heads=6, hidden_dim=384, mlp_dim=1536),
+        "vit", "image", 224),
+    "deit-tiny": ("DeiTBackbone", dict(
+        patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, intermediate_dim=768),
+        "vit", "image", 224),
+    "dinov2-small": ("DINOV2Backbone", dict(
+        patch_size=14, num_layers=12, num_heads=6, hidden_dim=384, intermediate_dim=1536),
+        "vit", "image", 224),
+    "swin-tiny": ("SwinTransformerBackbone", dict(
+        embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
+        patch_size=4), "swin", "image", 224),
+    "mit-b0": ("MiTBackbone", dict(
+        num_layers=4, hidden_dims=[32, 64, 160, 256], layerwise_depths=[2, 2, 2, 2],
+        layerwise_num_heads=[1, 2, 5, 8], layerwise_sr_ratios=[8, 4, 2, 1],
+        layerwise_patch_sizes=[7, 3, 3, 3], layerwise_strides=[4, 2, 2, 2],
+        max_drop_path_rate=0.1), "segformer", "image", 224),
+}
+
 
 def entries(which: str = "real") -> list[Entry]:
     """The entries of the held-out real-architecture set (``real``), of the
     development set (``dev``, pytorchcv models only) or of the transformer set
-    (``transformers``, Hugging Face architectures)."""
+    (``transformers``, Hugging Face architectures and keras-hub backbones)."""
     if which == "transformers":
-        return [Entry(f"hf-{n}", fam, "torch.onnx", f"transformers.{cls}", size)
-                for n, (cls, _, _, fam, _, size) in _HF.items()]
+        return ([Entry(f"hf-{n}", fam, "torch.onnx", f"transformers.{cls}", size)
+                 for n, (cls, _, _, fam, _, size) in _HF.items()]
+                + [Entry(f"keras-hub-{n}", fam, "tflite-converter",
+                         f"keras_hub.models.{cls}", size)
+                   for n, (cls, _, fam, _, size) in _KERAS_HUB.items()])
     if which == "dev":
         return [Entry(f"torch-{fn}", fam, "torch.onnx", f"pytorchcv.models.{mod}.{fn}")
                 for mod, fn, fam in _DEV_PYTORCHCV]
@@ -293,6 +369,9 @@ def _build_light(e: Entry, path: Path) -> None:
 
 def _build_keras(e: Entry, path: Path) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if e.source.startswith("keras_hub."):
+        _build_keras_hub(e, path)
+        return
     import numpy as np
     import tensorflow as tf
 
@@ -305,6 +384,50 @@ def _build_keras(e: Entry, path: Path) -> None:
     tmp.write_bytes(data)
     tmp.replace(path)
     del model, np
+
+
+def _build_keras_hub(e: Entry, path: Path) -> None:
+    """A keras-hub backbone from its constructor (random weights, seed 0), exported as
+    a SavedModel whose one signature has fixed input shapes (batch 1 and the sequence
+    length, or a (1, size, size, 3) image) and converted by the TFLite converter
+    (built-in ops only). ``from_keras_model`` does the same for one-input models but
+    falls back to a tf.keras-only path for the text backbones' dict of inputs, and the
+    backbone's own inputs have a free batch (and sequence) axis, which would leave
+    dynamic shapes in the .tflite file."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tempfile
+
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    cls, kwargs, _, kind, size = _KERAS_HUB[e.name.removeprefix("keras-hub-")]
+    keras.utils.set_random_seed(0)
+    if kind == "image":
+        kwargs = {**kwargs, "image_shape": (size, size, 3)}
+    backbone = getattr(keras_hub.models, cls)(**kwargs)
+    shape = (1, size) if kind == "text" else (1, size, size, 3)
+    if isinstance(backbone.input, dict):
+        spec: object = {k: tf.TensorSpec(shape, t.dtype, name=k)
+                        for k, t in backbone.input.items()}
+    else:
+        spec = tf.TensorSpec(shape, backbone.input.dtype, name="images")
+
+    def serve(x):
+        y = backbone(x, training=False)
+        # the text backbones' sequence output (BERT's pooled output is left out, as
+        # the Hugging Face models' last hidden state is all the ONNX entries give)
+        return y["sequence_output"] if isinstance(y, dict) else y
+
+    archive = keras.export.ExportArchive()
+    archive.track(backbone)
+    archive.add_endpoint("serve", serve, [spec])
+    with tempfile.TemporaryDirectory() as saved:
+        archive.write_out(saved, verbose=False)
+        data = tf.lite.TFLiteConverter.from_saved_model(saved).convert()
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def build(args: argparse.Namespace) -> int:
@@ -591,7 +714,8 @@ def main() -> int:
         s.add_argument("--set", choices=("real", "dev", "transformers"), default="real",
                        help="the held-out real-architecture set, the development set "
                             "(other pytorchcv models) that design choices are made on, or "
-                            "the transformer set (Hugging Face architectures)")
+                            "the transformer set (Hugging Face architectures, keras-hub "
+                            "backbones)")
         if name == "build":
             s.add_argument("--only", default=None,
                            help="comma-separated exporters (torch.onnx,caffe2,tflite-converter)")

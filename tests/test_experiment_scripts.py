@@ -20,3 +20,28 @@ def test_model_accuracy_refuses_a_since_it_cannot_compare(since):
                          cwd=ROOT, timeout=120)
     assert out.returncode == 2
     assert f"--since {since!r}" in out.stderr and "YYYY-MM-DD" in out.stderr
+
+
+def _real_set():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_set", ROOT / "experiments" / "real_set.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["real_set"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_transformer_set_lists_keras_hub_backbones_for_litert():
+    """The transformer set holds keras-hub backbones written by the TFLite converter,
+    which only the LiteRT backends read, in the families of the ONNX entries."""
+    rs = _real_set()
+    es = rs.entries("transformers")
+    hub = [e for e in es if e.name.startswith("keras-hub-")]
+    assert len(hub) >= 8 and "keras-hub-bert-mini" in {e.name for e in hub}
+    assert all(e.exporter == "tflite-converter" and e.source.startswith("keras_hub.models.")
+               for e in hub)
+    assert {e.family for e in hub} <= {e.family for e in es if e.name.startswith("hf-")}
+    info = {"exporter": "tflite-converter"}
+    assert rs._applies(info, "litert-cpu") and not rs._applies(info, "ort-cpu")
+    assert len({e.name for e in es}) == len(es)

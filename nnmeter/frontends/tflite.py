@@ -84,7 +84,8 @@ from nnmeter.frontends._tflite_schema import (
 from nnmeter.ir import layout
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.ir.ops import (
-    ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs, FCAttrs, GapAttrs, InputAttrs, LRNAttrs,
+    ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs, FCAttrs, GapAttrs, InputAttrs,
+    LayerNormAttrs, LRNAttrs,
     MatMulAttrs, NoAttrs, PadAttrs, PoolAttrs, ReduceAttrs, ReshapeAttrs, ResizeAttrs, SoftmaxAttrs,
     SplitAttrs, TransposeAttrs, UnknownAttrs,
 )
@@ -135,6 +136,72 @@ def _pads4(padding: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int,
     return (top, left, bottom, right)
 
 
+#: ops whose rank-4 tensors are images (NHWC): they read or write pixels
+_IMAGE_OPS = frozenset({
+    "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "AVERAGE_POOL_2D", "MAX_POOL_2D",
+    "L2_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
+    "LOCAL_RESPONSE_NORMALIZATION", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "SPACE_TO_BATCH_ND",
+    "BATCH_TO_SPACE_ND"})
+#: ops whose rank-4 tensors are plain arrays: a batched matrix product multiplies the
+#: last two axes as the file holds them (attention's (1, heads, tokens, dh))
+_PLAIN_OPS = frozenset({"BATCH_MATMUL"})
+#: ops that hold their rank-4 inputs and outputs in one layout (per-element ops,
+#: reductions kept in rank, joins, transposes): a tensor is an image or plain with the
+#: tensors such an op joins it to
+_JOIN_OPS = frozenset({
+    "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "POW",
+    "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "HARD_SWISH",
+    "GELU", "LEAKY_RELU", "PRELU", "ELU", "EXP", "LOG", "SQRT", "RSQRT", "NEG", "ABS",
+    "SQUARE", "SELECT", "SELECT_V2", "CAST", "QUANTIZE", "DEQUANTIZE", "SOFTMAX",
+    "LOG_SOFTMAX", "CONCATENATION", "SPLIT", "SPLIT_V", "PAD", "PADV2", "MIRROR_PAD",
+    "TRANSPOSE", "MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "LESS",
+    "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "LOGICAL_AND",
+    "LOGICAL_OR", "LOGICAL_NOT", "FULLY_CONNECTED"})
+
+
+def _plain_tensors(sg: TflSubgraph, shapes: Mapping[int, tuple[int, ...]]) -> frozenset[int]:
+    """The rank-4 tensors that are not images: those joined (:data:`_JOIN_OPS`) to an
+    operand of a batched matrix product and to no tensor an image op reads or writes.
+    Every other rank-4 tensor is an image, NHWC (a model without batched products
+    reads as before)."""
+    parent: dict[int, int] = {}
+
+    def find(t: int) -> int:
+        root = t
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(t, t) != root:
+            parent[t], t = root, parent[t]
+        return root
+
+    def rank4(t: int) -> bool:
+        return t >= 0 and len(shapes.get(t, ())) == 4
+
+    image: set[int] = set()
+    plain: set[int] = set()
+    for op in sg.operators:
+        ts = [t for t in (*op.inputs, *op.outputs) if rank4(t)]
+        if op.op_type in _IMAGE_OPS:
+            image.update(ts)
+        elif op.op_type in _PLAIN_OPS:
+            plain.update(ts)
+        if op.op_type in _JOIN_OPS and len(ts) > 1:
+            for t in ts[1:]:
+                a, b = find(ts[0]), find(t)
+                if a != b:
+                    parent[a] = b
+    image_roots = {find(t) for t in image}
+    plain_roots = {find(t) for t in plain} - image_roots
+    if not plain_roots:
+        return frozenset()
+    return frozenset(t for t in shapes if rank4(t) and find(t) in plain_roots)
+
+
+#: the ops a layer norm written out as TFLite ops is made of (see _Converter._layernorm)
+_LAYERNORM_OPS = frozenset({"MEAN", "SUB", "MUL", "ADD", "DIV", "NEG", "SQUARED_DIFFERENCE",
+                            "RSQRT", "SQRT"})
+
+
 class _Converter:
     """Walks one subgraph's operators in order and adds IR nodes."""
 
@@ -157,13 +224,47 @@ class _Converter:
         self.done: set[int] = set()           # operators consumed by an earlier pattern
         self.folded: list[str] = []
         self.warnings: list[str] = []
+        self.plain = _plain_tensors(sg, shapes)   # rank-4 tensors that are not images
 
     # -------------------------------------------------------------- helpers
     def tensor(self, i: int) -> TflTensor:
         return self.sg.tensors[i]
 
     def canon(self, i: int) -> tuple[int, ...]:
+        if i in self.plain:
+            return tuple(self.shapes[i])
         return layout.nhwc_to_nchw_shape(self.shapes[i])
+
+    # layout conversions of tensor ``i``'s axes: images are NHWC in the file, every other
+    # tensor is held in the canonical order (see _plain_tensors)
+    def axis(self, i: int, axis: int) -> int:
+        rank = len(self.shapes[i])
+        if i in self.plain:
+            return axis % rank
+        return layout.nhwc_to_nchw_axis(axis, rank)
+
+    def axes(self, i: int, axes: Sequence[int]) -> tuple[int, ...]:
+        return tuple(sorted(self.axis(i, a) for a in axes))
+
+    def perm(self, i: int, perm: Sequence[int]) -> tuple[int, ...]:
+        if i in self.plain:
+            return tuple(int(p) for p in perm)
+        return layout.nhwc_to_nchw_perm(perm)
+
+    def pads(self, i: int, paddings: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        if i in self.plain:
+            return tuple(int(b) for b, _ in paddings) + tuple(int(e) for _, e in paddings)
+        return layout.nhwc_to_nchw_pads(paddings)
+
+    def broadcast(self, i: int, const_shape: Sequence[int]) -> tuple[int, ...]:
+        """Canonical shape of a constant broadcast against activation tensor ``i``."""
+        if i in self.plain:
+            return tuple(int(d) for d in const_shape)
+        return layout.broadcast_shape_nchw(const_shape, len(self.shapes[i]))
+
+    def file_order(self, i: int) -> bool:
+        """Whether tensor ``i`` lists its elements in the file's order canonically."""
+        return i in self.plain or layout.same_element_order(self.canon(i))
 
     def is_const(self, i: int) -> bool:
         return i in self.consts
@@ -447,7 +548,7 @@ class _Converter:
         if len(xs) != 2 and not op.options.get("keep_num_dims"):
             flat = (int(np.prod(xs)) // in_features, in_features)
             meta = {"inserted": True}
-            if not layout.same_element_order(xs):
+            if not self.file_order(x):
                 meta["element_order"] = "NHWC"
             node = self.emit(op, "reshape", ReshapeAttrs(shape=flat), [x],
                              name=f"{self.candidates(op)[0]}/flatten", out_shapes=[flat],
@@ -458,13 +559,29 @@ class _Converter:
 
     def _op_batch_matmul(self, op: TflOperator) -> None:
         a, b = op.inputs[0], op.inputs[1]
-        if op.options.get("adj_x") or op.options.get("adj_y"):
-            raise _OpMismatch("BATCH_MATMUL with adjoint inputs has no IR op")
-        if self.is_const(b) and not self.is_const(a):
+        if self.is_const(a):
+            raise _OpMismatch("BATCH_MATMUL of a constant by an activation has no IR op")
+        if op.options.get("adj_x"):
+            raise _OpMismatch("BATCH_MATMUL with an adjoint first input has no IR op")
+        adj_y = bool(op.options.get("adj_y"))
+        if self.is_const(b):
+            if adj_y or len(self.shapes[b]) != 2:
+                raise _OpMismatch("BATCH_MATMUL by a constant that is not one (k, n) matrix")
             attrs = FCAttrs(out_features=self.shapes[b][-1], bias=False)
             self.emit_with_activation(op, "fc", attrs, [a], meta={"from": "BATCH_MATMUL"})
             return
-        self.emit_with_activation(op, "matmul", MatMulAttrs(), [a, b])
+        src: int | Ref = b
+        if adj_y:
+            # a @ bᵀ: the runtime reads b transposed; the IR says so with a transpose
+            # (marked inserted: the file has no such op)
+            shape = self.canon(b)
+            perm = (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2)
+            node = self.emit(op, "transpose", TransposeAttrs(perm=perm), [b],
+                             name=f"{self.candidates(op)[0]}/adj_y",
+                             out_shapes=[tuple(shape[i] for i in perm)],
+                             meta={"inserted": True}, bind=False)
+            src = Ref(node.name, 0)
+        self.emit_with_activation(op, "matmul", MatMulAttrs(), [a, src])
 
     def _binary(self, op: TflOperator, ir_op: str) -> None:
         ins = [i for i in op.inputs if i >= 0]
@@ -474,8 +591,7 @@ class _Converter:
             attrs = EltwiseAttrs()
         else:
             const = next(i for i in ins if self.is_const(i))
-            rank = len(self.shapes[acts[0]])
-            attrs = EltwiseAttrs(const_shape=layout.broadcast_shape_nchw(self.shapes[const], rank))
+            attrs = EltwiseAttrs(const_shape=self.broadcast(acts[0], self.shapes[const]))
             if ins.index(const) == 0:
                 meta["const_first"] = True
             data = self.consts.get(const)
@@ -502,8 +618,7 @@ class _Converter:
     def _op_concatenation(self, op: TflOperator) -> None:
         if any(self.is_const(i) for i in op.inputs):
             raise _OpMismatch("CONCATENATION with a constant operand")
-        rank = len(self.shapes[op.inputs[0]])
-        axis = layout.nhwc_to_nchw_axis(op.options["axis"], rank)
+        axis = self.axis(op.inputs[0], op.options["axis"])
         self.emit_with_activation(op, "concat", ConcatAttrs(axis=axis), list(op.inputs))
 
     def _pool(self, op: TflOperator, ir_op: str) -> None:
@@ -521,10 +636,77 @@ class _Converter:
     def _op_max_pool_2d(self, op: TflOperator) -> None:
         self._pool(op, "maxpool")
 
-    def _op_mean(self, op: TflOperator) -> None:
+    def _layernorm(self, op: TflOperator) -> bool:
+        """Read the layer norm that the MEAN ``op`` starts as one ``layernorm`` node.
+
+        TFLite has no layer norm op; Keras writes one as ``MEAN`` → ``SQUARED_DIFFERENCE``
+        → ``MEAN`` → ``ADD`` ε → ``RSQRT`` → ``MUL`` γ, then ``x * s - mean * s`` (+ β),
+        and nnmeter's own export as ``x - mean``, its square, ``MEAN``, ``RSQRT``... The
+        pattern is every per-element op (and the second MEAN) from ``op`` on whose
+        activation inputs are ``x`` or the pattern's own results; it is one layer norm
+        of ``x`` over its last axis when it has two MEANs over that axis (keeping it),
+        one RSQRT, and exactly one result read outside it, of ``x``'s shape. The
+        normalised axis must be the last one canonically too: a layer norm over an
+        image's channels (ConvNeXt's) has no IR op and stays as its ops."""
         x = op.inputs[0]
         rank = len(self.shapes[x])
-        axes = layout.nhwc_to_nchw_axes(np.atleast_1d(self.const(op.inputs[1])).tolist(), rank)
+        if (not op.options.get("keep_dims") or not self.is_const(op.inputs[1])
+                or self.is_const(x)):
+            return False
+        axes = {int(a) % rank for a in np.atleast_1d(self.const(op.inputs[1])).tolist()}
+        if axes != {rank - 1} or self.axis(x, -1) != rank - 1:
+            return False
+        inside = {op.index: op}
+        produced = set(op.outputs)
+        grew = True
+        while grew and len(inside) <= 16:
+            grew = False
+            for t in list(produced):
+                for r in self.readers.get(t, []):
+                    if r.index in inside or r.index in self.done or \
+                            r.op_type not in _LAYERNORM_OPS:
+                        continue
+                    acts = [i for i in r.inputs if i >= 0 and not self.is_const(i)]
+                    if all(a == x or a in produced for a in acts):
+                        inside[r.index] = r
+                        produced.update(r.outputs)
+                        grew = True
+        kinds = [o.op_type for o in inside.values()]
+        if kinds.count("MEAN") != 2 or kinds.count("RSQRT") != 1 or len(inside) > 16:
+            return False
+        means = [o for o in inside.values() if o.op_type == "MEAN"]
+        for m in means:
+            if not (m.options.get("keep_dims") and self.is_const(m.inputs[1])) or \
+                    {int(a) % rank for a in np.atleast_1d(self.const(m.inputs[1])).tolist()} \
+                    != {rank - 1}:
+                return False
+        out = [t for t in produced
+               if t in self.sig_names or any(r.index not in inside for r in self.readers.get(t, []))]
+        if len(out) != 1 or tuple(self.shapes[out[0]]) != tuple(self.shapes[x]):
+            return False
+        eps = 1e-5
+        var = means[1].outputs[0] if means[1].index > means[0].index else means[0].outputs[0]
+        for r in self.readers.get(var, []):
+            if r.index in inside and r.op_type == "ADD":
+                c = [i for i in r.inputs if i >= 0 and self.is_const(i)]
+                data = self.consts.get(c[0]) if c else None
+                if data is not None and data.size == 1:
+                    eps = float(np.asarray(data).reshape(-1)[0])
+        last = max(inside.values(), key=lambda o: o.index)
+        self.done.update(inside)
+        meta: dict[str, Any] = {"from_ops": sorted(kinds)}
+        if (q := self.quant_meta(out[0])):
+            meta["quant"] = q
+        self.emit(last, "layernorm", LayerNormAttrs(axis=-1, epsilon=eps), [x],
+                  name=self.candidates(last)[0], out_tensors=out, meta=meta)
+        return True
+
+    def _op_mean(self, op: TflOperator) -> None:
+        if self._layernorm(op):
+            return
+        x = op.inputs[0]
+        rank = len(self.shapes[x])
+        axes = self.axes(x, np.atleast_1d(self.const(op.inputs[1])).tolist())
         keep = bool(op.options.get("keep_dims"))
         meta = {"quant": q} if (q := self.quant_meta(op.outputs[0])) else {}
         if rank == 4 and axes == (2, 3):
@@ -536,7 +718,7 @@ class _Converter:
         x = op.inputs[0]
         out = self.canon(op.outputs[0])
         meta: dict[str, Any] = {}
-        if not (layout.same_element_order(self.canon(x)) and layout.same_element_order(out)):
+        if not (self.file_order(x) and self.file_order(op.outputs[0])):
             meta["element_order"] = "NHWC"
         self.emit(op, "reshape", ReshapeAttrs(shape=out), [x], meta=meta)
 
@@ -547,7 +729,7 @@ class _Converter:
     def _op_softmax(self, op: TflOperator) -> None:
         x = op.inputs[0]
         rank = len(self.shapes[x])
-        axis = layout.nhwc_to_nchw_axis(-1, rank)
+        axis = self.axis(x, -1)
         meta: dict[str, Any] = {}
         beta = op.options.get("beta", 1.0)
         if beta not in (0.0, 1.0):
@@ -574,7 +756,7 @@ class _Converter:
         value = 0.0
         if op.op_type == "PADV2" and len(op.inputs) > 2 and op.inputs[2] >= 0:
             value = float(np.asarray(self.const(op.inputs[2])).reshape(-1)[0])
-        attrs = PadAttrs(pads=layout.nhwc_to_nchw_pads(paddings), mode=mode, value=value)
+        attrs = PadAttrs(pads=self.pads(x, paddings), mode=mode, value=value)
         self.emit(op, "pad", attrs, [x])
 
     def _op_pad(self, op: TflOperator) -> None:
@@ -588,13 +770,11 @@ class _Converter:
 
     def _op_transpose(self, op: TflOperator) -> None:
         perm = np.asarray(self.const(op.inputs[1])).reshape(-1).tolist()
-        self.emit(op, "transpose", TransposeAttrs(perm=layout.nhwc_to_nchw_perm(perm)),
+        self.emit(op, "transpose", TransposeAttrs(perm=self.perm(op.inputs[0], perm)),
                   [op.inputs[0]])
 
     def _split_common(self, op: TflOperator, x: int, axis_t: int) -> None:
-        rank = len(self.shapes[x])
-        axis_nhwc = int(np.asarray(self.const(axis_t)).reshape(-1)[0])
-        axis = layout.nhwc_to_nchw_axis(axis_nhwc, rank)
+        axis = self.axis(x, int(np.asarray(self.const(axis_t)).reshape(-1)[0]))
         sizes = tuple(self.canon(t)[axis] for t in op.outputs)
         self.emit(op, "split", SplitAttrs(axis=axis, sizes=sizes), [x])
 
@@ -897,7 +1077,7 @@ def load_tflite(path: str | os.PathLike[str] | bytes, *,
         t = sg.tensors[t_index]
         node_name = conv.unique(in_name)
         graph.add_node(node_name, "input", InputAttrs(dtype=t.dtype),
-                       output_shapes=[layout.nhwc_to_nchw_shape(shapes[t_index])],
+                       output_shapes=[conv.canon(t_index)],
                        source={"framework": "tflite", "op_type": "input", "name": t.name},
                        meta={"quant": q} if (q := conv.quant_meta(t_index)) else {})
         conv.refs[t_index] = Ref(node_name, 0)

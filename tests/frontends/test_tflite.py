@@ -309,6 +309,68 @@ def test_swish_is_one_node_and_a_gate_stays_sigmoid_and_mul(tf, tmp_path):
     assert load_tflite(tmp_path / "own.tflite").op_counts().get("swish") == 1
 
 
+@pytest.fixture(scope="module")
+def attention_model(tf, tmp_path_factory):
+    """A Keras-style encoder layer written with tf ops: a layer norm as Keras lowers it
+    (mean, squared difference, rsqrt...), heads split to (1, heads, tokens, dh) rank-4
+    tensors, batched products with an adjoint operand, and a layer norm over an image's
+    channels beside it, which has no IR op."""
+    rng = np.random.default_rng(0)
+    wq, wk, wv = (rng.normal(size=(16, 16)).astype(np.float32) for _ in range(3))
+    gamma = rng.normal(size=(16,)).astype(np.float32)
+    wc = np.full((3, 3, 3, 16), 0.1, np.float32)
+
+    def layernorm(x):
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        var = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+        inv = tf.math.rsqrt(var + 1e-6) * gamma[: x.shape[-1]]
+        return x * inv - mean * inv
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 10, 16), tf.float32, name="tokens"),
+                                  tf.TensorSpec((1, 6, 6, 3), tf.float32, name="img")])
+    def f(x, img):
+        h = layernorm(x)
+        q, k, v = (tf.transpose(tf.reshape(tf.matmul(h, w), (1, 10, 4, 4)), (0, 2, 1, 3))
+                   for w in (wq, wk, wv))
+        att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) * 0.5, axis=-1)
+        y = tf.reshape(tf.transpose(tf.matmul(att, v), (0, 2, 1, 3)), (1, 10, 16))
+        c = layernorm(tf.nn.conv2d(img, tf.constant(wc), 1, "SAME"))
+        return {"out": x + y + tf.reshape(tf.reduce_mean(c, axis=[1, 2]), (1, 1, 16))}
+
+    data = tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()], tf.Module()).convert()
+    p = tmp_path_factory.mktemp("attention") / "attention.tflite"
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.integration
+def test_attention_tensors_are_not_images_and_layer_norms_are_one_node(attention_model):
+    from nnmeter.frontends._tflite_schema import read_model
+
+    ops = [op.op_type for op in read_model(attention_model.read_bytes()).subgraphs[0].operators]
+    assert "SQUARED_DIFFERENCE" in ops and "RSQRT" in ops and "BATCH_MATMUL" in ops
+    g = load_tflite(attention_model)
+    counts = g.op_counts()
+    # the token layer norm is one node; the one over the image's channels stays as ops
+    norms = [n for n in g.nodes() if n.op == "layernorm"]
+    assert len(norms) == 1 and norms[0].output_shape == (1, 10, 16)
+    assert norms[0].attrs.epsilon == pytest.approx(1e-6)
+    assert g.node(norms[0].inputs[0].node).op == "input"
+    # (1, heads, tokens, dh) tensors keep the file's order: the products are matmuls
+    mm = sorted((n for n in g.nodes() if n.op == "matmul"), key=lambda n: n.output_shape)
+    assert [n.output_shape for n in mm] == [(1, 4, 10, 4), (1, 4, 10, 10)]
+    # kᵀ is read as an (inserted) transpose in front of the scores' product
+    adj = g.node(mm[1].inputs[1].node)
+    assert adj.op == "transpose" and adj.meta.get("inserted") and adj.output_shape == (1, 4, 4, 10)
+    sm = next(n for n in g.nodes() if n.op == "softmax")
+    assert sm.attrs.axis in (-1, 3)
+    unknown = {n.attrs.original_type for n in g.nodes() if n.op == "unknown"}
+    assert "tflite:BATCH_MATMUL" not in unknown
+    assert unknown <= {"tflite:NEG", "tflite:SQUARED_DIFFERENCE", "tflite:RSQRT"}
+    assert counts.get("conv") == 1 and g.shape_of(g.outputs[0]) == (1, 10, 16)
+
+
 @pytest.mark.integration
 def test_dynamic_batch_uses_one_with_warning(dynamic_model, caplog):
     with caplog.at_level(logging.WARNING, logger="nnmeter.frontends.tflite"):
