@@ -33,7 +33,9 @@ def _zoo_graphs() -> list:
     return graphs
 
 
-def _real_graphs() -> list:
+def _real_graphs(backend: str) -> list:
+    """The real transformer set's models that ``backend`` reads (ONNX files for
+    ort-cpu, the keras-hub .tflite files for litert-cpu)."""
     import importlib.util
 
     here = Path(__file__).resolve().parent
@@ -50,6 +52,8 @@ def _real_graphs() -> list:
                          f"'python experiments/real_set.py build --set transformers' first")
     out = []
     for name, info in sorted(json.loads(man.read_text()).items()):
+        if not real_set._applies(info, backend):
+            continue
         g = load_model(str(d / info["file"]))
         g.name = name
         out.append(g)
@@ -67,7 +71,7 @@ def main() -> None:
     from nnmeter.predictors import load_predictor
 
     pred = load_predictor(args.backend, device=args.device)
-    graphs = _zoo_graphs() + (_real_graphs() if args.real else [])
+    graphs = _zoo_graphs() + (_real_graphs(args.backend) if args.real else [])
     left: dict[str, Counter] = defaultdict(Counter)
     left_ms: dict[str, float] = defaultdict(float)
     models = []

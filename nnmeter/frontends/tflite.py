@@ -434,6 +434,7 @@ class _Converter:
         consts = [list(self.shapes[i]) for i in op.inputs if i >= 0 and self.is_const(i)]
         if consts:
             fields["const_input_shapes"] = consts
+        fields.update(self._known_cost(op))
         meta: dict[str, Any] = {}
         if reason:
             meta["ir_mismatch"] = reason
@@ -451,6 +452,26 @@ class _Converter:
             return
         self.emit(op, "unknown", UnknownAttrs(original_type=original, fields=fields), acts,
                   meta=meta)
+
+    def _known_cost(self, op: TflOperator) -> dict[str, int]:
+        """What an op kept as unknown is known to cost (see :mod:`nnmeter.ir.cost`):
+        the multiply-adds of a matrix product (``BATCH_MATMUL``, ``FULLY_CONNECTED``) from
+        the file's shapes, and its constant operands' elements."""
+        if op.op_type not in ("BATCH_MATMUL", "FULLY_CONNECTED") or not op.outputs or \
+                len(op.inputs) < 2:
+            return {}
+        a, b = op.inputs[0], op.inputs[1]
+        sa, sb = self.shapes.get(a), self.shapes.get(b)
+        out = self.shapes.get(op.outputs[0])
+        if not sa or not sb or not out:
+            return {}
+        if op.op_type == "FULLY_CONNECTED":
+            k = int(sb[-1])                       # weights are (out, in)
+        else:
+            k = int(sa[-2] if op.options.get("adj_x") else sa[-1])
+        weights = sum(int(np.prod(self.shapes[i])) for i in op.inputs[:3]
+                      if i >= 0 and self.is_const(i))
+        return {"macs": int(np.prod(out)) * k, "weights": weights}
 
     def _gated_by_input(self, op: TflOperator) -> TflOperator | None:
         """The MUL that is the sole reader of ``op``'s output and multiplies it by ``op``'s
@@ -545,6 +566,9 @@ class _Converter:
         out_features, in_features = self.shapes[w][:2]
         src: int | Ref = x
         xs = self.canon(x)
+        if len(xs) == 4 and x not in self.plain and op.options.get("keep_num_dims"):
+            self._fc_over_image(op, x, w, out_features, in_features)
+            return
         if len(xs) != 2 and not op.options.get("keep_num_dims"):
             flat = (int(np.prod(xs)) // in_features, in_features)
             meta = {"inserted": True}
@@ -556,6 +580,26 @@ class _Converter:
             src = Ref(node.name, 0)
         self.emit_with_activation(op, "fc", FCAttrs(out_features=out_features, bias=_has(op, 2)),
                                   [src], meta=self._weight_meta(w))
+
+    def _fc_over_image(self, op: TflOperator, x: int, w: int, out_features: int,
+                       in_features: int) -> None:
+        """A FULLY_CONNECTED that keeps an image's rank (a Keras ``Dense`` over NHWC
+        pixels, Swin's patch merging): it reads the channels, which the IR's fc cannot
+        (it reads the canonical last axis), so it is read as the runtime runs it: the
+        pixels as rows (an inserted reshape), the fc, and the image back."""
+        if op.options.get("fused_activation_function", "none") != "none":
+            raise _OpMismatch("FULLY_CONNECTED over an image with a fused activation")
+        xs, out = self.canon(x), op.outputs[0]
+        rows = int(np.prod(xs)) // in_features
+        name = self.candidates(op)[0]
+        flat = self.emit(op, "reshape", ReshapeAttrs(shape=(rows, in_features)), [x],
+                         name=f"{name}/rows", out_shapes=[(rows, in_features)],
+                         meta={"inserted": True, "element_order": "NHWC"}, bind=False)
+        fc = self.emit(op, "fc", FCAttrs(out_features=out_features, bias=_has(op, 2)),
+                       [Ref(flat.name, 0)], name=name, out_shapes=[(rows, out_features)],
+                       meta=self._weight_meta(w), bind=False)
+        self.emit(op, "reshape", ReshapeAttrs(shape=self.canon(out)), [Ref(fc.name, 0)],
+                  name=f"{name}/image", meta={"inserted": True, "element_order": "NHWC"})
 
     def _op_batch_matmul(self, op: TflOperator) -> None:
         a, b = op.inputs[0], op.inputs[1]

@@ -12,7 +12,10 @@ Conventions (defined here once, used everywhere)
   maxpool one per window element, softmax 5 per element, layernorm 8 per element,
   lrn 2·size + 3 per element (sum of squares over the window, then scale and power).
   Data movement ops (reshape, flatten, transpose, concat, split, channelshuffle, pad,
-  identity, input) cost 0 FLOPs. ``unknown`` ops are counted as 0 and flagged.
+  identity, input) cost 0 FLOPs. ``unknown`` ops are counted as 0 and flagged, except
+  for what a frontend knows of them: ``fields["macs"]`` (multiply-adds, e.g. a TFLite
+  ``BATCH_MATMUL`` the IR cannot express) and ``fields["weights"]`` (constant operand
+  elements), which count as for a matmul.
 - **params** are trainable parameters: conv/fc weights and biases, bn scale and
   shift (2·C, as torchvision counts), layernorm 2·D, and constant operands of
   elementwise ops.
@@ -137,6 +140,9 @@ def _weights(node: Node) -> tuple[int, int, int]:
     if op in ("add", "sub", "mul", "div") and a.const_shape is not None:
         n = math.prod(a.const_shape)
         return 0, n, n
+    if op == "unknown" and a.fields:
+        w = int(a.fields.get("weights", 0) or 0)
+        return int(a.fields.get("macs", 0) or 0), w, w
     return 0, 0, 0
 
 
@@ -147,7 +153,7 @@ def node_cost(node: Node, dtype: str = "float32") -> NodeCost:
     out_el = sum(math.prod(s) for s in node.output_shapes)
     macs, params, stored = _weights(node)
     op = node.op
-    if op in ("conv", "dwconv", "convtranspose", "fc", "matmul"):
+    if op in ("conv", "dwconv", "convtranspose", "fc", "matmul", "unknown"):
         flops = 2 * macs
     elif op in _FLOPS_PER_ELEMENT:
         flops = _FLOPS_PER_ELEMENT[op] * out_el

@@ -102,3 +102,19 @@ def test_graph_cost_needs_shapes():
     g.add_node("r", "relu", None, ["x"])
     with pytest.raises(ValueError, match="infer_shapes"):
         graph_cost(g)
+
+
+def test_an_unknown_op_counts_the_multiply_adds_its_frontend_knows():
+    g = ModelGraph()
+    x = g.add_input("x", (1, 4, 8, 16))
+    plain = g.add_node("u0", "unknown", UnknownAttrs("tflite:GATHER"), [x],
+                       output_shapes=[(1, 4, 8, 16)])
+    known = g.add_node("u1", "unknown", UnknownAttrs(
+        "tflite:BATCH_MATMUL", {"macs": 4 * 8 * 16 * 32, "weights": 32 * 16}), [x],
+        output_shapes=[(1, 4, 8, 32)])
+    assert node_cost(plain).flops == 0 and node_cost(plain).params == 0
+    c = node_cost(known)
+    assert c.macs == 4 * 8 * 16 * 32 and c.flops == 2 * c.macs
+    assert c.params == c.stored_weights == 32 * 16
+    # the constant operand is read like a weight
+    assert c.bytes_weights == 4 * 32 * 16 and node_cost(plain).bytes_weights == 0
