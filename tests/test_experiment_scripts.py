@@ -45,3 +45,14 @@ def test_the_transformer_set_lists_keras_hub_backbones_for_litert():
     info = {"exporter": "tflite-converter"}
     assert rs._applies(info, "litert-cpu") and not rs._applies(info, "ort-cpu")
     assert len({e.name for e in es}) == len(es)
+
+
+@pytest.mark.parametrize("seeds", ["2000", "1000,2000", "a,b"])
+def test_model_accuracy_refuses_training_baselines_on_the_reported_set(seeds):
+    """--train-seeds names other measured sets; the reported one (or a malformed list)
+    is a one-line error before anything is loaded."""
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "model_accuracy.py"),
+                          "report", "--seed", "2000", "--train-seeds", seeds],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert f"--train-seeds {seeds}" in out.stderr or f"--train-seeds {seeds!r}" in out.stderr

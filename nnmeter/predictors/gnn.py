@@ -304,6 +304,8 @@ class GCNBaseline:
         Decoupled (AdamW) weight decay on the weight matrices, per step, times the rate.
     random_state : int
         Seed of initialisation and batch order; equal seeds give equal models.
+    progress : bool
+        A bar over the epochs, with its ETA, on stderr.
 
     Attributes
     ----------
@@ -326,7 +328,9 @@ class GCNBaseline:
     def __init__(self, *, hidden: tuple[int, ...] = (64, 64, 64, 64), head_hidden: int = 64,
                  readout: str = "mean", epochs: int = 150, batch_size: int = 16,
                  learning_rate: float = 3e-3, weight_decay: float = 1e-4,
-                 random_state: int = 0) -> None:
+                 random_state: int = 0, progress: bool = False) -> None:
+        #: a bar over the epochs on stderr (not a model parameter: not saved)
+        self.progress = progress
         self.hidden = hidden
         self.head_hidden = head_hidden
         self.readout = readout
@@ -435,7 +439,10 @@ class GCNBaseline:
         step = 0
         total_steps = int(self.epochs) * math.ceil(len(graphs) / bs)
         self.loss_curve_: list[float] = []
-        for _epoch in range(int(self.epochs)):
+        from tqdm import tqdm
+
+        for _epoch in tqdm(range(int(self.epochs)), desc=f"GCN on {len(graphs)} graphs",
+                           unit="epoch", disable=not self.progress):
             order = rng.permutation(len(graphs))
             epoch_loss = 0.0
             for start in range(0, len(order), bs):
