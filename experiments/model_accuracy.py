@@ -205,6 +205,33 @@ def _tuned_gcn(graphs: list, y: np.ndarray) -> object:
                        progress=True).fit(graphs, y)
 
 
+def _record_accuracy(args: argparse.Namespace, pred: object, wanted: set, out: dict) -> None:
+    """Write the overall figures into the predictor dataset's ``accuracy.json``, which
+    ``nnmeter devices`` shows (key ``zoo seed N``, or ``transformers seed N``)."""
+    from nnmeter import zoo
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+
+    if pred.resolution is None:
+        sys.exit("error: --record: this predictor has no dataset to record its accuracy in")
+    kind = "transformers" if wanted <= set(zoo.TRANSFORMER_FAMILIES) else "zoo"
+    o = out["overall"]["predictor"]
+    path = kernel_dataset_dir(pred.resolution.dataset.dataset_id) / "accuracy.json"
+    acc = json.loads(path.read_text()) if path.exists() else {}
+    acc[f"{kind} seed {args.seed}"] = {
+        "acc10": o["acc10"], "acc5": o["acc5"], "mape_percent": o["mape_percent"],
+        "n": o["n"], "repeatability_acc10": out["overall"]["repeatability_acc10"],
+        "measured_on": f"{args.backend}@{out['device']}", "since": args.since,
+        "date": out["date"],
+        "command": "python experiments/model_accuracy.py report --backend "
+                   f"{args.backend} --seed {args.seed}"
+                   + (f" --families {args.families}" if args.families else "")
+                   + (f" --since {args.since}" if args.since else "")}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(acc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    print(f"recorded in {path}")
+
+
 def report(args: argparse.Namespace) -> None:
     from nnmeter import zoo
     from nnmeter.evaluate import evaluate
@@ -303,6 +330,8 @@ def report(args: argparse.Namespace) -> None:
         out["families"][f] = line(f, fams == f)
     out["overall"] = line("ALL", np.ones(len(names), dtype=bool))
     out["repeatability_pairs"] = len(rep_pairs)
+    if args.record:
+        _record_accuracy(args, pred, wanted, out)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     # the figures, next to the JSON: predicted against measured, and per-family bars
@@ -350,6 +379,9 @@ def main() -> None:
                          "(e.g. 2026-12-03T18:00), so the truth comes from one session "
                          "and not the fastest over sessions hours apart")
     ap.add_argument("--gcn", action="store_true", help="also cross-validate the GCN baseline")
+    ap.add_argument("--record", action="store_true",
+                    help="report: write the overall figures into the predictor dataset's "
+                         "accuracy.json, which `nnmeter devices` shows")
     ap.add_argument("--train-seeds", default=None, metavar="SEEDS",
                     help="report: train the baselines on the models measured under these "
                          "seeds (comma-separated, e.g. 1000,7000) and score them on the "

@@ -56,3 +56,36 @@ def test_model_accuracy_refuses_training_baselines_on_the_reported_set(seeds):
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2
     assert f"--train-seeds {seeds}" in out.stderr or f"--train-seeds {seeds!r}" in out.stderr
+
+
+def test_model_accuracy_records_its_figures_where_nnmeter_devices_reads_them(tmp_path,
+                                                                              monkeypatch):
+    import argparse
+    import importlib.util
+    import json
+    from types import SimpleNamespace
+
+    import nnmeter.predictors.dataset as dataset_mod
+    from nnmeter.commands.devices import _acc_text, _accuracy
+
+    spec = importlib.util.spec_from_file_location("model_accuracy",
+                                                  ROOT / "experiments" / "model_accuracy.py")
+    ma = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ma)
+    monkeypatch.setattr(dataset_mod, "kernel_dataset_dir", lambda ds_id, root=None: tmp_path)
+    (tmp_path / "accuracy.json").write_text(json.dumps({"zoo seed 1000": {"acc10": 0.5}}))
+    pred = SimpleNamespace(resolution=SimpleNamespace(
+        dataset=SimpleNamespace(dataset_id="ort-cpu@dev")))
+    out = {"device": "dev", "date": "2026-12-05", "overall": {
+        "predictor": {"acc10": 0.966, "acc5": 0.773, "mape_percent": 3.7, "n": 88},
+        "repeatability_acc10": 1.0}}
+    args = argparse.Namespace(backend="ort-cpu", seed=2000, since=None, families=None)
+    ma._record_accuracy(args, pred, {"resnet", "vgg"}, out)
+    acc = _accuracy(tmp_path)
+    assert acc["zoo seed 1000"] == {"acc10": 0.5}           # kept
+    assert acc["zoo seed 2000"]["acc10"] == 0.966 and acc["zoo seed 2000"]["n"] == 88
+    assert "--seed 2000" in acc["zoo seed 2000"]["command"]
+    assert "zoo seed 2000 97%" in _acc_text(acc)
+    args.seed, args.families = 5000, "vit,bert"
+    ma._record_accuracy(args, pred, {"vit", "bert"}, out)
+    assert "transformers seed 5000" in _accuracy(tmp_path)
