@@ -231,6 +231,13 @@ def test_several_subgraphs_load_the_first_with_a_warning(tf, tmp_path, caplog):
         load_tflite(p, subgraph="nope")
 
 
+def _converted(tf, f, path):
+    """``f`` (a tf.function with an input signature) written by the TFLite converter."""
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()], tf.Module()).convert())
+    return path
+
+
 @pytest.fixture(scope="module")
 def dynamic_model(tf, tmp_path_factory):
     w = np.full((3, 3, 3, 4), 0.1, np.float32)
@@ -240,11 +247,7 @@ def dynamic_model(tf, tmp_path_factory):
         y = tf.nn.relu(tf.nn.conv2d(x, tf.constant(w), 1, "SAME"))
         return {"out": tf.reduce_mean(y, axis=[1, 2])}
 
-    data = tf.lite.TFLiteConverter.from_concrete_functions(
-        [f.get_concrete_function()], tf.Module()).convert()
-    p = tmp_path_factory.mktemp("dyn") / "dyn.tflite"
-    p.write_bytes(data)
-    return p
+    return _converted(tf, f, tmp_path_factory.mktemp("dyn") / "dyn.tflite")
 
 
 @pytest.fixture(scope="module")
@@ -257,11 +260,7 @@ def tensordot_model(tf, tmp_path_factory):
     def f(x):
         return {"out": tf.nn.relu(tf.tensordot(x, tf.constant(w), axes=1))}
 
-    data = tf.lite.TFLiteConverter.from_concrete_functions(
-        [f.get_concrete_function()], tf.Module()).convert()
-    p = tmp_path_factory.mktemp("tensordot") / "tensordot.tflite"
-    p.write_bytes(data)
-    return p
+    return _converted(tf, f, tmp_path_factory.mktemp("tensordot") / "tensordot.tflite")
 
 
 @pytest.mark.integration
@@ -337,11 +336,7 @@ def attention_model(tf, tmp_path_factory):
         c = layernorm(tf.nn.conv2d(img, tf.constant(wc), 1, "SAME"))
         return {"out": x + y + tf.reshape(tf.reduce_mean(c, axis=[1, 2]), (1, 1, 16))}
 
-    data = tf.lite.TFLiteConverter.from_concrete_functions(
-        [f.get_concrete_function()], tf.Module()).convert()
-    p = tmp_path_factory.mktemp("attention") / "attention.tflite"
-    p.write_bytes(data)
-    return p
+    return _converted(tf, f, tmp_path_factory.mktemp("attention") / "attention.tflite")
 
 
 @pytest.mark.integration
