@@ -19,8 +19,10 @@ __all__ = ["OnnxIndex", "assign_covers"]
 _DECORATIONS = re.compile(
     r"(_nchwc|_bn|__before_tr|___tr4c|_raster_\d+|/sink_port_\d+|_output_\d+|:\d+)$")
 
-#: the name ORT gives a node its graph fusions made: "<original node>/<Kind>Fusion/..."
-_FUSION_SUFFIX = re.compile(r"^(.*?)/\w*Fusion(?:/.*)?$")
+#: the name ORT gives a node its graph fusions made: "<original node>/<Kind>Fusion/...";
+#: OpenVINO's ONNX reader splits a biased Conv/MatMul/Gemm into "<original node>/WithoutBiases"
+#: and the bias add, and a runtime layer that fused the add back keeps only the first name
+_FUSION_SUFFIX = re.compile(r"^(.*?)(?:/\w*Fusion(?:/.*)?|/WithoutBiases)$")
 
 
 class OnnxIndex:

@@ -26,11 +26,94 @@ from nnmeter.backends._covers import OnnxIndex, assign_covers
 from nnmeter.backends.base import Backend, ExecutedNode, InputSpec, Prepared
 from nnmeter.errors import BackendError
 
-__all__ = ["MnnCpuBackend", "MnnPrepared", "convert_onnx_to_mnn"]
+__all__ = ["MnnCpuBackend", "MnnPrepared", "convert_onnx_to_mnn", "mnn_covers"]
 
 logger = logging.getLogger(__name__)
 
 _RASTER = re.compile(r"^(.*)_raster_\d+$")
+#: one group of a grouped convolution MNN runs as separate convolutions
+_GROUP = re.compile(r"^(.*)__group__\d+$")
+
+#: ONNX ops that only move data: inside MNN they are rasters (region copies)
+_MOVES = frozenset({"Concat", "Reshape", "Transpose", "Slice", "Split", "Flatten",
+                    "Squeeze", "Unsqueeze", "Identity", "Constant", "Expand", "Tile",
+                    "DepthToSpace", "SpaceToDepth"})
+
+
+def mnn_covers(order: list[tuple[str, str]], graph: Mapping[str, Any],
+               index: OnnxIndex) -> list[tuple[str, ...]]:
+    """The original ONNX nodes each op MNN executed computes.
+
+    ``order`` is the executed ops as MNN's callbacks name them (name, type), ``graph``
+    the converted model as JSON (``oplists``, ``tensorName``), ``index`` the ONNX file.
+    MNN names what it made at run time after an op of the converted model:
+
+    - ``<op>__group__<k>``: one group of a grouped convolution run as its own
+      convolution; every group (and the raster that cuts its input) computes ``<op>``.
+    - ``<op>_raster_<k>`` in front of an op that runs under its own name: a region copy
+      that gathers ``<op>``'s input. It computes the data-movement nodes (concat,
+      reshape, transpose, slice…) between ``<op>`` and the ops before it, which then
+      are not ``<op>``'s; with none there it only converts a layout and computes nothing.
+    - ``<op>_raster_<k>`` for an op that does not run under its own name (a pooling
+      over a 3-D layout runs as ``<op>_raster_0``, the raster, and ``<op>_raster_1``,
+      the pooling): both compute ``<op>``.
+
+    An original op MNN runs in several passes is covered by each of them (the
+    comparison with the partition counts such a group once).
+    """
+    tensor_names = graph.get("tensorName", [])
+    mnn_ops = {op.get("name"): op for op in graph.get("oplists", [])}
+    executed_plain = {n for n, t in order if t != "Raster" and not _GROUP.match(n)}
+
+    def op_anchors(op: Mapping[str, Any]) -> set[str]:
+        a = set()
+        for i in op.get("outputIndexes") or []:
+            if 0 <= i < len(tensor_names):
+                r = index.resolve_tensor(tensor_names[i])
+                if r:
+                    a.add(r)
+        return a or index.anchors_of_name(str(op.get("name", "")))
+
+    def plain(op: Mapping[str, Any] | None) -> bool:
+        return op is not None and op.get("type") not in ("ConvertTensor", "Input")
+
+    anchors: list[set[str]] = []
+    gathers: dict[int, str] = {}  # executed index of a raster → the op it gathers for
+    for i, (name, op_type) in enumerate(order):
+        op = mnn_ops.get(name)
+        m = _RASTER.match(name)
+        base = m.group(1) if m else name
+        g = _GROUP.match(base)
+        if g and plain(mnn_ops.get(g.group(1))):
+            anchors.append(op_anchors(mnn_ops[g.group(1)]))
+            continue
+        base_op = mnn_ops.get(base)
+        if op is None and op_type == "Raster":
+            if base in executed_plain and plain(base_op):
+                gathers[i] = base
+                anchors.append(set())
+            elif base_op is None or base in executed_plain or not plain(base_op):
+                anchors.append(set())  # a layout conversion
+            else:
+                anchors.append(op_anchors(base_op))
+        elif op is None and m and base_op is not None:
+            anchors.append(op_anchors(base_op))
+        elif not plain(op):
+            anchors.append(set())
+        else:
+            anchors.append(op_anchors(op))
+    covers = assign_covers(index, anchors)
+    at = {name: i for i, (name, _t) in enumerate(order) if name in executed_plain}
+    for i, base in gathers.items():
+        j = at[base]
+        moved = tuple(n for n in covers[j] if index.op_type.get(n) in _MOVES)
+        if moved and len(moved) < len(covers[j]):
+            covers[i] = moved
+    for i, base in gathers.items():
+        if covers[i]:
+            j = at[base]
+            covers[j] = tuple(n for n in covers[j] if n not in set(covers[i]))
+    return covers
 
 
 @contextlib.contextmanager
@@ -211,44 +294,7 @@ class MnnCpuBackend(Backend):
         finally:
             prepared.close()
 
-        tensor_names = graph.get("tensorName", [])
-        mnn_ops = {op.get("name"): op for op in graph.get("oplists", [])}
-        executed_plain = {n for n, t in order if t != "Raster"}
-        index = OnnxIndex(path)
-
-        def op_anchors(op: Mapping[str, Any]) -> set[str]:
-            a = set()
-            for i in op.get("outputIndexes") or []:
-                if 0 <= i < len(tensor_names):
-                    r = index.resolve_tensor(tensor_names[i])
-                    if r:
-                        a.add(r)
-            return a or index.anchors_of_name(str(op.get("name", "")))
-
-        anchors = []
-        for name, op_type in order:
-            op = mnn_ops.get(name)
-            m = _RASTER.match(name)
-            base = m.group(1) if m else name
-            base_op = mnn_ops.get(base)
-            if op is None and op_type == "Raster":
-                # a raster that only moves data in front of an op that runs on its own,
-                # or that converts a layout, computes nothing of the original model
-                if (base_op is None or base in executed_plain
-                        or base_op.get("type") in ("ConvertTensor", "Input")):
-                    anchors.append(set())
-                else:
-                    anchors.append(op_anchors(base_op))
-            elif op is None and m and base_op is not None:
-                # a compute op MNN split out of an original one at run time: a pooling
-                # over a 3-D layout runs as "<op>_raster_0" (the raster) and
-                # "<op>_raster_1" (the pooling), and both compute <op>
-                anchors.append(op_anchors(base_op))
-            elif op is None or op.get("type") in ("ConvertTensor", "Input"):
-                anchors.append(set())
-            else:
-                anchors.append(op_anchors(op))
-        covers = assign_covers(index, anchors)
+        covers = mnn_covers(order, graph, OnnxIndex(path))
         return [ExecutedNode(name=n, op_type=t, covers=c,
                              time_ms=float(np.median(times[n])) if times.get(n) else None,
                              detail="python callback timing")

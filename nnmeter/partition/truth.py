@@ -39,8 +39,9 @@ class GroupingComparison:
     """One model's partition against the runtime's executed nodes.
 
     ``runtime_compute`` counts executed nodes that compute some IR node (layout reorders
-    and copies the runtime added cover none); ``runtime_equal`` those whose IR nodes are
-    exactly one kernel's. ``extra_kernels`` are kernels (by their first node) that match
+    and copies the runtime added cover none), an IR node set the runtime computes in
+    several passes once (MNN runs a grouped convolution as one convolution per group);
+    ``runtime_equal`` those whose IR nodes are exactly one kernel's. ``extra_kernels`` are kernels (by their first node) that match
     no executed node: ops nnmeter predicts the runtime does not run apart.
     """
 
@@ -140,8 +141,12 @@ def compare_with_runtime(graph: ModelGraph, kernels: Sequence[Any],
     if absorbed:
         kernels = merge_absorbed(kernels, absorbed)
     names = ir_name_map(graph)
-    groups = [(e, ir_set(e.covers, names)) for e in executed]
-    compute = [(e, s) for e, s in groups if s]
+    compute, seen = [], set()
+    for e in executed:
+        s = ir_set(e.covers, names)
+        if s and s not in seen:  # an op run in several passes is one runtime group
+            seen.add(s)
+            compute.append((e, s))
     kernel_sets = {frozenset(k.nodes): k for k in kernels}
     runtime_sets = {s for _, s in compute}
     equal = [s in kernel_sets for _, s in compute]

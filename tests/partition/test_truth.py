@@ -48,3 +48,15 @@ def test_merge_absorbed_follows_chains():
     ks = [K(type="a", nodes=("x",)), K(type="b", nodes=("y",)), K(type="c", nodes=("z",))]
     groups = merge_absorbed(ks, {2: 1, 1: 0})
     assert [(g.type, g.nodes) for g in groups] == [("a+b+c", ("x", "y", "z"))]
+
+
+def test_an_op_run_in_several_passes_is_one_runtime_group():
+    g = _graph()
+    kernels = [K(type="conv-relu", nodes=("c1", "r1")), K(type="conv-add-relu",
+                                                          nodes=("c2", "add", "r2"))]
+    # MNN runs a grouped convolution as one convolution per group, each covering it
+    executed = [ExecutedNode("c1__group__0", "Convolution", ("c1", "r1")),
+                ExecutedNode("c1__group__1", "Convolution", ("c1", "r1")),
+                ExecutedNode("c2", "Convolution", ("c2", "add", "r2"))]
+    c = compare_with_runtime(g, kernels, executed)
+    assert (c.runtime_nodes, c.runtime_compute, c.runtime_equal) == (3, 2, 2)
