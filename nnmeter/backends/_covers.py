@@ -19,6 +19,10 @@ __all__ = ["OnnxIndex", "assign_covers"]
 _DECORATIONS = re.compile(
     r"(_nchwc|_bn|__before_tr|___tr4c|_raster_\d+|/sink_port_\d+|_output_\d+|:\d+)$")
 
+#: ONNX ops a runtime's rebuilt activation (HSwish, HSigmoid, Swish…) is made of
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Clip", "Relu", "Sigmoid", "HardSigmoid",
+                          "HardSwish", "Min", "Max", "Tanh", "Erf", "Pow", "Neg", "Exp"})
+
 #: the name ORT gives a node its graph fusions made: "<original node>/<Kind>Fusion/...";
 #: OpenVINO's ONNX reader splits a biased Conv/MatMul/Gemm into "<original node>/WithoutBiases"
 #: and the bias add, and a runtime layer that fused the add back keeps only the first name
@@ -103,6 +107,50 @@ class OnnxIndex:
             return set(self.node_outputs[m.group(1)])
         t = self.resolve_tensor(name)
         return {t} if t else set()
+
+    def elementwise_tail(self, anchors: Iterable[str], stop: set[str]) -> set[str]:
+        """Outputs of the element-wise nodes that follow ``anchors`` and read nothing else
+        (besides constants): an activation a runtime rebuilt from its decomposed form
+        (``x * clip(x + 3, 0, 6) / 6`` as one ``HSwish``) and fused into the layer that
+        produces ``anchors``. Nodes whose output is in ``stop`` (another executed node's)
+        end the tail.
+
+        >>> import onnx, tempfile, os
+        >>> from onnx import helper as h
+        >>> mk = h.make_node
+        >>> g = h.make_graph([mk("Conv", ["x", "w"], ["c"], name="conv"),
+        ...                   mk("Add", ["c", "k3"], ["a"], name="add"),
+        ...                   mk("Clip", ["a"], ["r"], name="clip"),
+        ...                   mk("Mul", ["c", "r"], ["m"], name="mul"),
+        ...                   mk("Div", ["m", "k6"], ["d"], name="div"),
+        ...                   mk("Mul", ["d", "x"], ["y"], name="gate")], "g",
+        ...                  [h.make_tensor_value_info("x", 1, None)],
+        ...                  [h.make_tensor_value_info("y", 1, None)],
+        ...                  [h.make_tensor("k3", 1, [], [3.0]), h.make_tensor("k6", 1, [], [6.0])])
+        >>> p = os.path.join(tempfile.mkdtemp(), "m.onnx"); onnx.save(h.make_model(g), p)
+        >>> sorted(OnnxIndex(p).elementwise_tail({"c"}, set()))
+        ['a', 'd', 'm', 'r']
+        """
+        inside = set(anchors)
+        tail: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for t in sorted(inside, key=lambda t: self.order.get(self.producer.get(t, ""), -1)):
+                for n in self.consumers.get(t, []):
+                    outs = self.node_outputs[n]
+                    if (self.op_type[n] not in _ELEMENTWISE or not outs or outs[0] in inside
+                            or outs[0] in stop):
+                        continue
+                    if all(i in inside or self._constant(i) for i in self.node_inputs[n]):
+                        inside.add(outs[0])
+                        tail.add(outs[0])
+                        changed = True
+        return tail
+
+    def _constant(self, tensor: str) -> bool:
+        return tensor in self.initializers or self.op_type.get(
+            self.producer.get(tensor, ""), "") == "Constant"
 
     def covers(self, anchors: Iterable[str], boundary: set[str]) -> tuple[str, ...]:
         """Original nodes computing ``anchors`` back to ``boundary`` tensors, in order."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,10 @@ __all__ = ["OpenVinoCpuBackend", "OpenVinoPrepared"]
 logger = logging.getLogger(__name__)
 
 #: runtime-model layer types that compute nothing of the original model
+#: the friendly name OpenVINO gives an op its transformations built from several ONNX
+#: nodes (``HSwish_7919`` for ``x * clip(x + 3, 0, 6) / 6``): it names no original node
+_REBUILT = re.compile(r"^[A-Z][A-Za-z]*_\d+$")
+
 _NON_COMPUTE = {"Input", "Output", "Parameter", "Result", "Const", "Constant", "Reorder"}
 
 
@@ -157,6 +162,7 @@ class OpenVinoCpuBackend(Backend):
         index = OnnxIndex(path)
         ops = [op for op in compiled.get_runtime_model().get_ordered_ops()]
         rows, anchors = [], []
+        tails: dict[int, set[str]] = {}  # layers that fused an op OpenVINO rebuilt
         for op in ops:
             rt = op.get_rt_info()
             layer_type = str(rt["layerType"].astype(str)) if "layerType" in rt else op.get_type_name()
@@ -169,8 +175,12 @@ class OpenVinoCpuBackend(Backend):
                     anchors.append(set())
                 continue
             a: set[str] = set()
+            rebuilt = False
             for item in filter(None, originals.split(",")):
-                a |= index.anchors_of_name(item.strip())
+                found = index.anchors_of_name(item.strip())
+                a |= found
+                # an op OpenVINO rebuilt from several ONNX nodes keeps no original name
+                rebuilt |= not found and bool(_REBUILT.match(item.strip()))
             for out in op.outputs():
                 for t in out.get_names():
                     r = index.resolve_tensor(t)
@@ -180,6 +190,11 @@ class OpenVinoCpuBackend(Backend):
                 a = index.anchors_of_name(name)
             rows.append((name, layer_type))
             anchors.append(a)
+            if rebuilt and a:
+                tails[len(anchors) - 1] = a
+        claimed = set().union(*anchors) if anchors else set()
+        for i, a in tails.items():
+            anchors[i] = a | index.elementwise_tail(a, claimed - a)
         covers = assign_covers(index, anchors)
         out = []
         for (name, layer_type), cov in zip(rows, covers):

@@ -54,7 +54,7 @@ from nnmeter.ir.graph import ModelGraph, Node, Ref
 
 __all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
            "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6",
-           "scale_matmul_at_output"]
+           "scale_matmul_at_output", "activation_as_one_op"]
 
 #: ops that take a per-channel scale and shift into their weights and bias
 _AFFINE_HOSTS = frozenset({"conv", "dwconv", "convtranspose", "bn"})
@@ -289,6 +289,54 @@ def scale_matmul_at_output(g: ModelGraph) -> list[str]:
     return done
 
 
+def activation_as_one_op(g: ModelGraph) -> list[str]:
+    """A decomposed h-swish ``x * relu6(x + 3) / 6`` (either order of the last two) is one
+    ``hswish`` node, a decomposed h-sigmoid ``relu6(x + 3) / 6`` one ``hsigmoid``, named
+    after the last op and absorbing the others: OpenVINO rebuilds both at load time
+    (``HSwish``/``HSigmoid``, then fused into the convolution before them like any
+    activation) and MNN's converter does (one ``UnaryOp``). The partitioner's block
+    matcher (:mod:`nnmeter.partition.blocks`) finds the same ops; where the runtime
+    does not rebuild them (ORT) they stay a block of four or three.
+
+    >>> from nnmeter.ir.builder import GraphBuilder
+    >>> b = GraphBuilder("m", (1, 8, 4, 4))
+    >>> x = b.conv(b.x, 8, name="c")
+    >>> r = b.relu6(b.eltwise_const("add", x, (), name="plus3"), name="r6")
+    >>> y = b.eltwise_const("div", b.mul(x, r, name="m"), (), name="sixth")
+    >>> g = b.build([b.conv(y, 8, name="c2")])
+    >>> activation_as_one_op(g)
+    ["rebuilt hswish 'sixth' from 'plus3', 'r6', 'm', 'sixth'"]
+    >>> [n.op for n in g.topological_nodes()], g.node("sixth").meta["absorbed"]
+    (['input', 'conv', 'hswish', 'conv'], ['plus3', 'r6', 'm'])
+    """
+    from nnmeter.ir.ops import NoAttrs
+    from nnmeter.partition.blocks import _match_hswish
+
+    done = []
+    for n in list(g.topological_nodes()):
+        if n.name not in g or n.op != "add":
+            continue
+        m = _match_hswish(g, g.node(n.name))
+        if m is None:
+            continue
+        kind, names = m
+        order = {k: i for i, k in enumerate(g.topological_order())}
+        names = tuple(sorted(names, key=order.__getitem__))
+        exit_, first = names[-1], g.node(names[0])
+        x = first.inputs[0]
+        g.replace(exit_, op=kind, attrs=NoAttrs(), inputs=[x],
+                  input_shapes=first.input_shapes[:1])
+        for name in reversed(names[:-1]):
+            _absorb(g, exit_, g.node(name))
+            g.remove(name)
+        g.replace(exit_, meta={**g.node(exit_).meta,
+                               "absorbed": [a for a in names[:-1]]
+                               + [a for a in g.node(exit_).meta.get("absorbed", ())
+                                  if a not in names]})
+        done.append(f"rebuilt {kind} {exit_!r} from " + ", ".join(repr(a) for a in names))
+    return done
+
+
 #: the passes in the order :func:`canonicalize` runs them: what every runtime here does
 PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
     drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
@@ -299,18 +347,20 @@ PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
 #: into the convolution before it, as its own graph shows (ORT's
 #: ConvMulFusion/ConvAddFusion, OpenVINO's); :func:`scale_matmul_at_output` where it runs
 #: a scalar scale of a matmul's input inside the product (ORT's MatMulScaleFusion:
-#: FusedMatMul). MNN runs a scale and shift as ops of their own, and LiteRT runs what
-#: nnmeter's exporter writes.
+#: FusedMatMul); :func:`activation_as_one_op` where the runtime rebuilds a decomposed
+#: h-swish/h-sigmoid as one op (OpenVINO, MNN). MNN runs a scale and shift as ops of their
+#: own, and LiteRT runs what nnmeter's exporter writes.
 _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
     "ort": (fold_constant_affine, scale_matmul_at_output),
-    "openvino": (fold_constant_affine,),
+    "openvino": (fold_constant_affine, activation_as_one_op),
+    "mnn": (activation_as_one_op,),
 }
 
 
 def _rewrite_candidate(g: ModelGraph) -> bool:
     """Whether a pass of :data:`_BACKEND_PASSES` may rewrite ``g``, for some backend (one
-    scan of its nodes): a per-channel constant affine op, or a scalar scale read by a
-    matmul."""
+    scan of its nodes): a per-channel constant affine op, a scalar scale read by a
+    matmul, or a constant add read by a relu6 (a decomposed h-swish/h-sigmoid)."""
     nodes = g.nx._node
     succ = g.nx._succ
     for name, n in nodes.items():
@@ -320,6 +370,9 @@ def _rewrite_candidate(g: ModelGraph) -> bool:
             if shape and max(shape) > 1:
                 return True
             if shape is not None and any(nodes[r]["node"].op == "matmul" for r in succ[name]):
+                return True
+            if node.op == "add" and any(nodes[r]["node"].op in ("relu6", "clip")
+                                        for r in succ[name]):
                 return True
     return False
 
