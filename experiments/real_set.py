@@ -44,7 +44,8 @@ transformers --only tflite-converter`` writes only those. Its rows go to
 ``transformers.jsonl``.
 
 ``build`` needs the ``real`` extra (``pip install -e ".[real]"``: torch, pytorchcv,
-transformers; the keras-hub backbones also need `pip install --no-deps keras-hub==0.32.0`,
+transformers; then ``pip uninstall -y torchvision``, the CUDA build pytorchcv pulls in,
+which breaks transformers' import; the keras-hub backbones also need `pip install --no-deps keras-hub==0.32.0`,
 see setup.cfg)
 and, for the .tflite files, the ``tensorflow`` extra;
 files go to ``DIR`` (default ``$XDG_CACHE_HOME/nnmeter/real_set``) with a
