@@ -151,3 +151,30 @@ def test_exported_models_are_deleted_after_their_job(cbr_onnx):
         assert not list(workdir.glob("*.onnx"))  # the profiler's own exports are gone
         assert p.measure(cbr_onnx, **QUICK).ok
         assert Path(cbr_onnx).exists()  # a file the caller gave stays
+
+
+def test_mnn_graph_dump_holds_the_graph_without_weights(tmp_path):
+    _need("mnn-cpu")
+    if "tensorflow" in sys.modules:
+        pytest.skip("mnn-cpu converts in process, which aborts once TensorFlow is loaded")
+    import json
+
+    from onnx import helper
+    from onnx import numpy_helper as nh
+
+    from nnmeter.backends.mnn import convert_onnx_to_mnn
+
+    w = nh.from_array(np.full((64, 64, 3, 3), 0.01, np.float32), "w")  # 36,864 weights
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "wide",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64, 8, 8])], [w])
+    src = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src)
+    mnn = convert_onnx_to_mnn(src, tmp_path / "wide.mnn", json_file=tmp_path / "wide.json")
+    graph = json.loads((tmp_path / "wide.json").read_text())
+    assert "Convolution" in {op.get("type") for op in graph["oplists"]}
+    assert graph["tensorName"]
+    # the weights alone would be 147 kB as floats and several times that as JSON text
+    assert (tmp_path / "wide.json").stat().st_size < 20_000 < mnn.stat().st_size
