@@ -111,8 +111,8 @@ def mnn_covers(order: list[tuple[str, str]], graph: Mapping[str, Any],
             covers[i] = moved
     for i, base in gathers.items():
         if covers[i]:
-            j = at[base]
-            covers[j] = tuple(n for n in covers[j] if n not in set(covers[i]))
+            j, moved = at[base], set(covers[i])
+            covers[j] = tuple(n for n in covers[j] if n not in moved)
     return covers
 
 

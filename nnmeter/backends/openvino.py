@@ -25,11 +25,11 @@ __all__ = ["OpenVinoCpuBackend", "OpenVinoPrepared"]
 
 logger = logging.getLogger(__name__)
 
-#: runtime-model layer types that compute nothing of the original model
 #: the friendly name OpenVINO gives an op its transformations built from several ONNX
 #: nodes (``HSwish_7919`` for ``x * clip(x + 3, 0, 6) / 6``): it names no original node
 _REBUILT = re.compile(r"^[A-Z][A-Za-z]*_\d+$")
 
+#: runtime-model layer types that compute nothing of the original model
 _NON_COMPUTE = {"Input", "Output", "Parameter", "Result", "Const", "Constant", "Reorder"}
 
 

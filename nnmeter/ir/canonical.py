@@ -313,26 +313,23 @@ def activation_as_one_op(g: ModelGraph) -> list[str]:
     from nnmeter.partition.blocks import _match_hswish
 
     done = []
-    for n in list(g.topological_nodes()):
-        if n.name not in g or n.op != "add":
+    # removing a block's inner nodes leaves the others' relative order as it was
+    order = {k: i for i, k in enumerate(g.topological_order())}
+    for name in list(order):
+        if name not in g or g.node(name).op != "add":
             continue
-        m = _match_hswish(g, g.node(n.name))
+        m = _match_hswish(g, g.node(name))
         if m is None:
             continue
         kind, names = m
-        order = {k: i for i, k in enumerate(g.topological_order())}
         names = tuple(sorted(names, key=order.__getitem__))
         exit_, first = names[-1], g.node(names[0])
-        x = first.inputs[0]
-        g.replace(exit_, op=kind, attrs=NoAttrs(), inputs=[x],
+        g.replace(exit_, op=kind, attrs=NoAttrs(), inputs=[first.inputs[0]],
                   input_shapes=first.input_shapes[:1])
-        for name in reversed(names[:-1]):
-            _absorb(g, exit_, g.node(name))
-            g.remove(name)
-        g.replace(exit_, meta={**g.node(exit_).meta,
-                               "absorbed": [a for a in names[:-1]]
-                               + [a for a in g.node(exit_).meta.get("absorbed", ())
-                                  if a not in names]})
+        for inner in names[:-1]:
+            _absorb(g, exit_, g.node(inner))
+        for inner in reversed(names[:-1]):
+            g.remove(inner)
         done.append(f"rebuilt {kind} {exit_!r} from " + ", ".join(repr(a) for a in names))
     return done
 

@@ -41,8 +41,9 @@ class GroupingComparison:
     ``runtime_compute`` counts executed nodes that compute some IR node (layout reorders
     and copies the runtime added cover none), an IR node set the runtime computes in
     several passes once (MNN runs a grouped convolution as one convolution per group);
-    ``runtime_equal`` those whose IR nodes are exactly one kernel's. ``extra_kernels`` are kernels (by their first node) that match
-    no executed node: ops nnmeter predicts the runtime does not run apart.
+    ``runtime_equal`` those whose IR nodes are exactly one kernel's. ``extra_kernels`` are
+    kernels (by their first node) that match no executed node: ops nnmeter predicts the
+    runtime does not run apart.
     """
 
     kernels: int
