@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 _RASTER = re.compile(r"^(.*)_raster_\d+$")
 #: one group of a grouped convolution MNN runs as separate convolutions
 _GROUP = re.compile(r"^(.*)__group__\d+$")
+#: the name suffix of the convolution MNN's converter runs a Gemm or MatMul as
+_CONVERTED = "__matmul_converted"
+#: the name suffix of the layout conversion MNN puts in front of an op that wants NCHW
+_BEFORE = "__before_tr"
 
 #: ONNX ops that only move data: inside MNN they are rasters (region copies)
 _MOVES = frozenset({"Concat", "Reshape", "Transpose", "Slice", "Split", "Flatten",
@@ -58,20 +62,47 @@ def mnn_covers(order: list[tuple[str, str]], graph: Mapping[str, Any],
       over a 3-D layout runs as ``<op>_raster_0``, the raster, and ``<op>_raster_1``,
       the pooling): both compute ``<op>``.
 
+    - ``<op>__before_tr_raster_<k>``: the layout conversion in front of ``<op>``; when
+      ``<op>`` does not run under its own name (a reshape of an NC4HW4 tensor), the
+      conversion is what computes it.
+    - ``<y>__matmul_converted``: a Gemm or MatMul run as a convolution, between a
+      reshape and a layout conversion + reshape of the converter's own; it computes the
+      nodes back from the tensor that last reshape writes (an activation the convolution
+      took in included).
+
     An original op MNN runs in several passes is covered by each of them (the
-    comparison with the partition counts such a group once).
+    comparison with the partition counts such a group once). A move a gathering raster
+    made is that raster's only.
     """
     tensor_names = graph.get("tensorName", [])
     mnn_ops = {op.get("name"): op for op in graph.get("oplists", [])}
     executed_plain = {n for n, t in order if t != "Raster" and not _GROUP.match(n)}
 
-    def op_anchors(op: Mapping[str, Any]) -> set[str]:
+    readers: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for op in graph.get("oplists", []):
+        for i in op.get("inputIndexes") or []:
+            readers[i].append(op)
+
+    def resolved(indexes: Any) -> set[str]:
         a = set()
-        for i in op.get("outputIndexes") or []:
+        for i in indexes or []:
             if 0 <= i < len(tensor_names):
                 r = index.resolve_tensor(tensor_names[i])
                 if r:
                     a.add(r)
+        return a
+
+    def op_anchors(op: Mapping[str, Any]) -> set[str]:
+        a = resolved(op.get("outputIndexes"))
+        if str(op.get("name", "")).endswith(_CONVERTED):
+            # a Gemm/MatMul the converter made a convolution of: its result (with an
+            # activation it took in) has the original tensor's name only after the
+            # converter's own layout conversion and reshape
+            outs = list(op.get("outputIndexes") or [])
+            for step in ("ConvertTensor", "Reshape"):
+                outs = [o for i in outs for r in readers.get(i, ()) if r.get("type") == step
+                        for o in (r.get("outputIndexes") or [])[:1]]
+                a = resolved(outs) or a
         return a or index.anchors_of_name(str(op.get("name", "")))
 
     def plain(op: Mapping[str, Any] | None) -> bool:
@@ -87,6 +118,10 @@ def mnn_covers(order: list[tuple[str, str]], graph: Mapping[str, Any],
         if g and plain(mnn_ops.get(g.group(1))):
             anchors.append(op_anchors(mnn_ops[g.group(1)]))
             continue
+        host = base[:-len(_BEFORE)] if base.endswith(_BEFORE) else None
+        if (host and op_type == "Raster" and host not in executed_plain
+                and plain(mnn_ops.get(host))):
+            base = host  # the layout conversion in front of a reshape does the reshape
         base_op = mnn_ops.get(base)
         if op is None and op_type == "Raster":
             if base in executed_plain and plain(base_op):
@@ -104,15 +139,20 @@ def mnn_covers(order: list[tuple[str, str]], graph: Mapping[str, Any],
             anchors.append(op_anchors(op))
     covers = assign_covers(index, anchors)
     at = {name: i for i, (name, _t) in enumerate(order) if name in executed_plain}
-    for i, base in gathers.items():
+    claimed: set[str] = set()
+    for i, base in sorted(gathers.items()):
         j = at[base]
         moved = tuple(n for n in covers[j] if index.op_type.get(n) in _MOVES)
-        if moved and len(moved) < len(covers[j]):
-            covers[i] = moved
-    for i, base in gathers.items():
-        if covers[i]:
-            j, moved = at[base], set(covers[i])
-            covers[j] = tuple(n for n in covers[j] if n not in moved)
+        fresh = tuple(n for n in moved if n not in claimed)
+        if fresh and len(moved) < len(covers[j]):
+            covers[i] = fresh
+            claimed.update(fresh)
+    # a move a raster made is that raster's: the ops that read its result (every
+    # branch of an Inception block) and later rasters that gather through it again
+    # (DenseNet's concat of a concat, copied from the sources) do not compute it
+    for k in range(len(covers)):
+        if k not in gathers:
+            covers[k] = tuple(n for n in covers[k] if n not in claimed)
     return covers
 
 
