@@ -18,6 +18,13 @@ the runtime's node with the add covers.
 The answer is stored in the rules file, on the two-branch ``{conv,conv}->add`` pattern
 (``extra.operand``, with ``extra.operand_evidence``); :meth:`FusionRules.join_operand`
 reads it and the partitioner follows it.
+
+A third probe asks whether the add still joins the convolution when the other operand
+is read again after the add (DLA's trees, whose root concatenates a residual the add
+already used): a runtime that sums in place, writing the convolution's result into the
+other operand's buffer, cannot (OpenVINO). The answer is ``extra.needs_last_reader``
+(:meth:`FusionRules.join_needs_last_reader`): true when the plain probe fused the add
+and this one did not.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 from nnmeter.fusion.rules import FusionRules, Pattern
 
-__all__ = ["probe_graphs", "join_operand_from_runtime", "with_join_operand",
+__all__ = ["probe_graphs", "last_reader_graphs", "join_operand_from_runtime", "with_join_operand",
            "update_rules_file", "is_conv_add_join"]
 
 
@@ -56,6 +63,31 @@ def probe_graphs(c: int = 16, hw: int = 14) -> dict[str, Any]:
     return out
 
 
+def last_reader_graphs(c: int = 16, hw: int = 14) -> dict[str, Any]:
+    """A basic residual block, ``src → convB → relu → convA; add(convA, src) → relu``
+    (``src`` is not convA's own input: no runtime sums into the tensor it reads), with
+    the residual ``src`` read again
+    after the add by a concat ("after") or not ("control"). Convolutions before and
+    after keep the add away from the model's edges, where a runtime may run its first
+    and last layers at another precision (OpenVINO on a bf16 CPU), and a sum across two
+    precisions is not fused."""
+    from nnmeter.ir.builder import GraphBuilder
+
+    out = {}
+    for kind in ("control", "after"):
+        b = GraphBuilder(f"join_{kind}", (1, c, hw, hw))
+        y = b.relu(b.conv(b.x, c, 3, name="conv_in"), name="relu_in")
+        src = b.relu(b.conv(y, c, 3, name="conv0"), name="src")
+        body = b.relu(b.conv(src, c, 3, name="convB"), name="reluB")
+        s = b.add_(b.conv(body, c, 3, name="convA"), src, name="add")
+        y = b.relu(s, name="relu")
+        if kind == "after":
+            y = b.concat([y, src], name="cat")
+        y = b.relu(b.conv(y, c, 1, name="conv_out"), name="relu_out")
+        out[kind] = b.build([b.relu(b.conv(y, c, 1, name="conv_last"), name="out")])
+    return out
+
+
 def _host(executed: list[Any]) -> str | None:
     for e in executed:
         cov = set(e.covers)
@@ -78,15 +110,21 @@ def join_operand_from_runtime(profiler: Any) -> dict[str, Any]:
         operand = "order"
     else:
         operand = None
-    return {"operand": operand,
-            "evidence": {f"add({o[0]}, {o[1]})": host for o, host in seen.items()}}
+    last = {k: _host(profiler.profile(g, runs=1)) for k, g in last_reader_graphs().items()}
+    needs_last = (last["control"] == "convA" and last["after"] != "convA"
+                  if last["control"] == "convA" else None)
+    return {"operand": operand, "needs_last_reader": needs_last,
+            "evidence": {**{f"add({o[0]}, {o[1]})": host for o, host in seen.items()},
+                         "residual read again after the add": last["after"],
+                         "residual read by the add last": last["control"]}}
 
 
 def with_join_operand(rules: FusionRules, result: dict[str, Any]) -> FusionRules:
     """``rules`` with the probe's answer on its ``{conv,conv}->add`` pattern (added as
     an untimed two-branch pattern when the rules have none)."""
     pats = list(rules.patterns)
-    extra = {"operand": result.get("operand"), "operand_evidence": result.get("evidence")}
+    extra = {"operand": result.get("operand"), "operand_evidence": result.get("evidence"),
+             "needs_last_reader": result.get("needs_last_reader")}
     for i, p in enumerate(pats):
         if is_conv_add_join(p):
             pats[i] = dataclasses.replace(p, extra={**p.extra, **extra})

@@ -212,6 +212,16 @@ class FusionRules:
                     return op
         return None
 
+    def join_needs_last_reader(self, join: str) -> bool:
+        """Whether a ``join`` (add) fuses into a convolution only when it is the last
+        reader of its other operand, as the runtime's own graph showed (OpenVINO sums in
+        place, into that operand's buffer; :mod:`nnmeter.fusion.joins`)."""
+        for p in self.patterns:
+            if p.kind == "multi_input" and p.ops and p.ops[-1] == rule_op(join):
+                if p.extra.get("needs_last_reader") is True:
+                    return True
+        return False
+
     def block_fused(self, block: str) -> bool:
         """True when the multi-op ``block`` (see :data:`BLOCKS`) runs as one kernel."""
         p = self.pattern("block", (block,))

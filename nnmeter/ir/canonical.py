@@ -53,6 +53,7 @@ from typing import Any
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 
 __all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
+           "fold_constant_affine_into_norm", "split_convs_as_group",
            "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6",
            "scale_matmul_at_output", "activation_as_one_op"]
 
@@ -126,6 +127,30 @@ def fold_constant_affine(g: ModelGraph) -> list[str]:
     convolution that produces its input, or the batch-norm folded into one (ORT's
     ConvMulFusion and ConvAddFusion, OpenVINO's and MNN's scale-shift folding). After a
     standalone batch-norm (pre-activation DenseNets) the ops stay: ORT runs them."""
+    return _fold_affine(g, into_norm=False)
+
+
+def fold_constant_affine_into_norm(g: ModelGraph) -> list[str]:
+    """:func:`fold_constant_affine`, and a scale or shift after a standalone batch-norm
+    joins the norm too: OpenVINO runs ``bn → mul(c) → add(c) → relu`` (Caffe2's
+    DenseNets write their batch-norms so) as one element-wise node, the norm's own
+    scale and shift with the constants' folded in.
+
+    >>> from nnmeter.ir.builder import GraphBuilder
+    >>> b = GraphBuilder("m", (1, 8, 8, 8))
+    >>> y = b.bn(b.maxpool(b.x, 2, name="p"), name="n")
+    >>> y = b.eltwise_const("add", b.eltwise_const("mul", y, (8, 1, 1), name="s"),
+    ...                     (8, 1, 1), name="t")
+    >>> g = b.build([b.relu(y, name="r")])
+    >>> fold_constant_affine(g), len(fold_constant_affine_into_norm(g))
+    ([], 2)
+    >>> g.node("n").meta["absorbed"]
+    ['s', 't']
+    """
+    return _fold_affine(g, into_norm=True)
+
+
+def _fold_affine(g: ModelGraph, *, into_norm: bool) -> list[str]:
     done = []
     changed = True
     while changed:
@@ -141,7 +166,7 @@ def fold_constant_affine(g: ModelGraph) -> list[str]:
             h = g.node(host)
             if h.op not in _AFFINE_HOSTS or _sole_reader(g, host) != n.name:
                 continue
-            if h.op == "bn" and not _folds_into_conv(g, h):
+            if h.op == "bn" and not into_norm and not _folds_into_conv(g, h):
                 continue  # a standalone norm keeps its scale-shift ops (ORT runs them)
             shape = h.output_shapes[n.inputs[0].port] if h.output_shapes else ()
             if len(shape) < 2 or not _per_channel(const, int(shape[1])):
@@ -334,6 +359,72 @@ def activation_as_one_op(g: ModelGraph) -> list[str]:
     return done
 
 
+def split_convs_as_group(g: ModelGraph) -> list[str]:
+    """A channel ``split`` into equal parts, each read by one dense convolution of the
+    same kind (kernel, stride, padding, dilation, bias, output channels) and nothing
+    else, whose outputs a channel ``concat`` joins in order, is one grouped convolution
+    (MixNet's and MixConv's grouped pointwise layers): OpenVINO runs it so, with the
+    norm and activation after it fused in. Depthwise parts, or parts of different
+    kernels, stay: OpenVINO runs those apart.
+
+    >>> from nnmeter.ir.builder import GraphBuilder
+    >>> b = GraphBuilder("m", (1, 8, 8, 8))
+    >>> a, c = b.split(b.x, (4, 4), name="s")
+    >>> y = b.concat([b.conv(a, 6, kernel=1, name="c0"), b.conv(c, 6, kernel=1, name="c1")],
+    ...              name="cat")
+    >>> g = b.build([b.relu(y, name="r")])
+    >>> split_convs_as_group(g)
+    ["grouped convolution 'c0' (2 groups) from 's', 'c0', 'c1', 'cat'"]
+    >>> n = g.node("c0"); n.attrs.groups, n.attrs.out_channels, n.output_shape
+    (2, 12, (1, 12, 8, 8))
+    >>> sorted(n.meta["absorbed"])
+    ['c1', 'cat', 's']
+    """
+    done = []
+    for name in list(g.topological_order()):
+        if name not in g:
+            continue
+        cat = g.node(name)
+        if cat.op != "concat" or getattr(cat.attrs, "axis", None) != 1 or len(cat.inputs) < 2:
+            continue
+        convs = [g.node(r.node) for r in cat.inputs]
+        first = convs[0]
+        if (len({c.name for c in convs}) != len(convs) or first.op != "conv"
+                or len(first.inputs) != 1):
+            continue
+        split = g.node(first.inputs[0].node)
+        if (split.op != "split" or getattr(split.attrs, "axis", None) != 1
+                or len(split.output_shapes) != len(convs) or not split.input_shapes):
+            continue
+        sizes = {s[1] for s in split.output_shapes if len(s) == 4}
+        keys = {c.attrs for c in convs}
+        if (len(sizes) != 1 or len(keys) != 1 or first.attrs.groups != 1
+                or any(c.op != "conv" or len(c.inputs) != 1 or c.inputs[0] != Ref(split.name, i)
+                       or _sole_reader(g, c.name) != cat.name for i, c in enumerate(convs))
+                or len(g.successors(split.name)) != len(convs)
+                or any(o.node == split.name for o in g.outputs)):
+            continue
+        k = len(convs)
+        merged = dataclasses.replace(first.attrs, out_channels=first.attrs.out_channels * k,
+                                     groups=k)
+        g.replace(first.name, attrs=merged, inputs=[split.inputs[0]],
+                  input_shapes=(split.input_shapes[0],), output_shapes=cat.output_shapes)
+        for reader in list(g.successors(cat.name)):
+            r = g.node(reader)
+            g.replace(reader, inputs=[Ref(first.name, 0) if i.node == cat.name else i
+                                      for i in r.inputs])
+        g.outputs = [Ref(first.name, 0) if o.node == cat.name else o for o in g.outputs]
+        g.remove(cat.name)
+        for c in convs[1:]:
+            g.remove(c.name)
+        g.remove(split.name)
+        for gone in (split, *convs[1:], cat):
+            _absorb(g, first.name, gone)
+        done.append(f"grouped convolution {first.name!r} ({k} groups) from "
+                    + ", ".join(repr(n) for n in (split.name, *(c.name for c in convs), cat.name)))
+    return done
+
+
 #: the passes in the order :func:`canonicalize` runs them: what every runtime here does
 PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
     drop_identity, clip_as_relu6, cancel_transposes, merge_pad_into_conv,
@@ -342,14 +433,17 @@ PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
 #: the passes only some runtimes do, per backend (by id prefix), in order:
 #: :func:`fold_constant_affine` where the runtime folds a per-channel scale and shift
 #: into the convolution before it, as its own graph shows (ORT's
-#: ConvMulFusion/ConvAddFusion, OpenVINO's); :func:`scale_matmul_at_output` where it runs
+#: ConvMulFusion/ConvAddFusion, OpenVINO's; OpenVINO also into a standalone batch-norm,
+#: :func:`fold_constant_affine_into_norm`); :func:`scale_matmul_at_output` where it runs
 #: a scalar scale of a matmul's input inside the product (ORT's MatMulScaleFusion:
 #: FusedMatMul); :func:`activation_as_one_op` where the runtime rebuilds a decomposed
-#: h-swish/h-sigmoid as one op (OpenVINO, MNN). MNN runs a scale and shift as ops of their
+#: h-swish/h-sigmoid as one op (OpenVINO, MNN); :func:`split_convs_as_group` where it
+#: runs a split into equal dense convolutions and their concat as one grouped convolution
+#: (OpenVINO). MNN runs a scale and shift as ops of their
 #: own, and LiteRT runs what nnmeter's exporter writes.
 _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
     "ort": (fold_constant_affine, scale_matmul_at_output),
-    "openvino": (fold_constant_affine, activation_as_one_op),
+    "openvino": (fold_constant_affine_into_norm, activation_as_one_op, split_convs_as_group),
     "mnn": (activation_as_one_op,),
 }
 
@@ -357,11 +451,14 @@ _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
 def _rewrite_candidate(g: ModelGraph) -> bool:
     """Whether a pass of :data:`_BACKEND_PASSES` may rewrite ``g``, for some backend (one
     scan of its nodes): a per-channel constant affine op, a scalar scale read by a
-    matmul, or a constant add read by a relu6 (a decomposed h-swish/h-sigmoid)."""
+    matmul, a constant add read by a relu6 (a decomposed h-swish/h-sigmoid), or a
+    split."""
     nodes = g.nx._node
     succ = g.nx._succ
     for name, n in nodes.items():
         node = n["node"]
+        if node.op == "split":
+            return True
         if node.op in _AFFINE_OPS and len(node.inputs) == 1:
             shape = getattr(node.attrs, "const_shape", None)
             if shape and max(shape) > 1:

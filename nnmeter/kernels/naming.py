@@ -10,7 +10,7 @@ Rules, in order:
 3. ``reshape``/``flatten`` that are not the only op are dropped (the backend elided
    them into the kernel that produced their input).
 4. The tail grammar ``head[-bn][-act][-add[-act]]`` for heads conv, dwconv,
-   convtranspose and fc; ``bn[-act]``; ``add[-act]``.
+   convtranspose and fc; ``bn[-act]``; ``add[-act]``; ``mul-add[-act]``.
    A matmul with its scale (``matmul`` → ``mul|div``) → ``matmul-scale``; a residual
    add into a layer norm → ``add-layernorm`` (see :mod:`nnmeter.kernels.attention`).
 5. A single op whose type is registered (``relu``, ``maxpool``, ``concat``...).
@@ -94,6 +94,10 @@ def kernel_type_of(ops: Sequence[str]) -> str:
         # when the config is read)
     if ops == ("add", "layernorm"):
         return "add-layernorm"
+    if head == "mul" and rest and rest[0] == "add":
+        # a gate's multiply, the residual add and its activation (OpenVINO's element-wise
+        # chains); a multiply with an activation alone stays apart
+        return "-".join(ops) if parse_tail(rest, allow_bn=False) is not None else "other"
     if head in TAIL_HEADS:
         allow_bn, allow_add = TAIL_HEADS[head]
         if parse_tail(rest, allow_bn=allow_bn, allow_add=allow_add) is not None:

@@ -23,8 +23,9 @@ backend's fusion rules allow:
      two-branch test of the kernel's op and ``c``'s op decides instead of the pair
      rule where it was tested (``multi_input_decision``: a residual add whose operands
      are both computed can fuse where the pair test, whose second operand is a graph
-     input, does not), and otherwise may veto (``multi_input_fuses``); merging never
-     creates a cycle between kernels.
+     input, does not), and otherwise may veto (``multi_input_fuses``); where the
+     runtime sums in place (``join_needs_last_reader``), an add whose other operand is
+     read after it stays apart; merging never creates a cycle between kernels.
 3. Kernels are returned in a topological order of the kernel graph.
 
 Speed: the partitioner reads the graph once into plain dicts (:class:`GraphView`:
@@ -103,6 +104,10 @@ class _Rules:
         operand = getattr(rules, "join_operand", None)
         self.join_first = frozenset(
             j for j in ("add",) if operand is not None and operand(j) == "first")
+        #: joins the runtime fuses only when nothing reads the other operand after them
+        last = getattr(rules, "join_needs_last_reader", None)
+        self.join_last_reader = frozenset(
+            j for j in ("add",) if last is not None and last(j))
 
     def fuses(self, a: str, b: str) -> bool:
         key = (a, b)
@@ -290,6 +295,9 @@ def _rule_tail_op(ops: tuple[str, ...]) -> str:
     return ops[-1]
 
 
+#: heads of the kernels a runtime that sums in place writes into the other operand
+_SUM_HOSTS = frozenset({"conv", "dwconv", "convtranspose"})
+
 #: ops whose kernel can take a residual add of a computed tensor (a convolution, or the
 #: batch-norm folded into one)
 _JOIN_HOSTS = frozenset({"conv", "dwconv", "convtranspose", "bn"})
@@ -316,6 +324,8 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
     accepted = rules._accepts
     shared = rules._shared  # kernel ops -> whether the output may feed several readers
     join_first = rules.join_first
+    join_last_reader = rules.join_last_reader
+    pos = view.pos
     for name in view.order:
         if name in kernel_of or op_of[name] == "input":
             continue
@@ -357,6 +367,10 @@ def _grow_kernels(state: _State, rules: _Rules) -> None:
                 if computed and cop in join_first and _first_host(
                         producers, op_of, succs, output_nodes) not in (None, tail):
                     continue  # the runtime fuses it into its first operand's kernel
+                if computed and cop in join_last_reader and ops[0] in _SUM_HOSTS and any(
+                        p in output_nodes or any(pos[r] > pos[c] for r in succs[p])
+                        for p in outside):
+                    continue  # an in-place sum would overwrite a tensor read later
                 if cop != "identity":
                     ok = accepted.get((ops, cop, computed))  # rules.accepts, memo first
                     if ok is None:

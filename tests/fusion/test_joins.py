@@ -10,7 +10,8 @@ import pytest
 
 from nnmeter.backends.base import ExecutedNode
 from nnmeter.fusion.joins import (
-    join_operand_from_runtime, probe_graphs, update_rules_file, with_join_operand,
+    join_operand_from_runtime, last_reader_graphs, probe_graphs, update_rules_file,
+    with_join_operand,
 )
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.ir.builder import GraphBuilder
@@ -24,12 +25,15 @@ RULES = FusionRules.from_decisions(
 class _Runtime:
     """A profiler whose runtime fuses the add into the conv of operand ``pick``."""
 
-    def __init__(self, pick):
+    def __init__(self, pick, in_place=False):
         self.pick = pick
+        self.in_place = in_place  # no fusion when the other operand is read after the add
 
     def profile(self, graph, runs=1):
         add = graph.node("add")
         host = {"first": add.inputs[0].node, "order": "convB"}.get(self.pick)
+        if self.in_place and "cat" in graph:
+            host = None
         out = []
         for n in graph.topological_nodes():
             if n.op == "input" or n.name == "add" or (host and n.name == host):
@@ -44,7 +48,42 @@ class _Runtime:
 def test_probe_reads_the_runtime_choice(pick, expected):
     r = join_operand_from_runtime(_Runtime(pick))
     assert r["operand"] == expected
-    assert set(r["evidence"]) == {"add(A, B)", "add(B, A)"}
+    assert {"add(A, B)", "add(B, A)"} <= set(r["evidence"])
+    assert r["needs_last_reader"] is (False if pick == "first" else None)
+
+
+def test_probe_reads_an_in_place_sum():
+    r = join_operand_from_runtime(_Runtime("first", in_place=True))
+    assert r["operand"] == "first" and r["needs_last_reader"] is True
+    assert r["evidence"]["residual read again after the add"] == "alone"
+    rules = with_join_operand(RULES, r)
+    assert rules.join_needs_last_reader("add")
+    assert not with_join_operand(RULES, {"operand": "first"}).join_needs_last_reader("add")
+
+
+def test_last_reader_probes_differ_only_in_the_later_reader():
+    g = last_reader_graphs()
+    readers = {k: sorted(v.successors("src")) for k, v in g.items()}
+    assert readers == {"control": ["add", "convB"], "after": ["add", "cat", "convB"]}
+
+
+def _tree(read_after: bool):
+    """DLA's tree: the residual ``src`` is summed with a convolution's output, and
+    (``read_after``) concatenated with the sum afterwards."""
+    b = GraphBuilder("tree", (1, 8, 8, 8))
+    src = b.relu(b.conv(b.x, 8, name="c0"), name="src")
+    s = b.relu(b.add_(b.conv(b.relu(b.conv(src, 8, name="c1"), name="r1"), 8, name="c2"),
+                      src, name="add"), name="relu")
+    return b.build([b.concat([s, src], name="cat") if read_after else s])
+
+
+def test_partitioner_leaves_an_in_place_sum_apart_when_the_residual_is_read_later():
+    rules = with_join_operand(RULES, {"operand": "first", "needs_last_reader": True})
+    for read_after, host in ((False, "conv-add"), (True, "conv")):
+        ks = {k.nodes[0]: k.type for k in partition(_tree(read_after), rules)}
+        assert ks["c2"] == host
+    plain = with_join_operand(RULES, {"operand": "first", "needs_last_reader": False})
+    assert {k.nodes[0]: k.type for k in partition(_tree(True), plain)}["c2"] == "conv-add"
 
 
 def test_probe_graphs_put_b_first_in_the_node_order():

@@ -8,7 +8,7 @@ import pytest
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.canonical import (
     cancel_transposes, canonicalize, clip_as_relu6, drop_identity, fold_constant_affine,
-    for_backend, merge_pad_into_conv,
+    for_backend, merge_pad_into_conv, split_convs_as_group,
 )
 
 
@@ -190,6 +190,11 @@ def test_scale_shift_after_a_standalone_bn_stays():
     y = b.eltwise_const("mul", y, (1, 8, 1, 1), name="m")
     g = b.build([b.relu(y)])
     assert fold_constant_affine(g) == []
+    # OpenVINO runs the norm, its scale and the next relu as one element-wise node
+    ov = for_backend(g, "openvino-cpu")
+    assert _ops(ov) == ["relu", "bn", "relu"]
+    assert ov.node("bn").meta["absorbed"] == ["m"]
+    assert for_backend(g, "ort-cpu") is g
 
 
 def _sdpa(scale_after: str | None = None, shared_k: bool = False):
@@ -235,3 +240,36 @@ def test_a_scale_read_by_another_op_stays_before_the_matmul():
     ort = for_backend(_sdpa(shared_k=True), "ort-cpu")
     assert ort.node("MatMul").inputs[1].node == "Mul_1"
     assert ort.node("MatMul/scale").meta["absorbed"] == ["Mul"]
+
+
+def _mixconv(kernels=(1, 1), sizes=(4, 4), dw=False, extra_reader=False):
+    b = GraphBuilder("mix", (1, sum(sizes), 8, 8))
+    parts = b.split(b.x, sizes, name="s")
+    convs = []
+    for i, (p, k) in enumerate(zip(parts, kernels)):
+        if dw:
+            convs.append(b.dwconv(p, kernel=k, name=f"c{i}"))
+        else:
+            convs.append(b.conv(p, 6, kernel=k, name=f"c{i}"))
+    y = b.relu(b.bn(b.concat(convs, name="cat"), name="n"), name="r")
+    outs = [y, convs[0]] if extra_reader else [y]
+    return b.build(outs)
+
+
+def test_split_convs_concat_is_one_grouped_conv_on_openvino():
+    g = _mixconv(kernels=(1, 1, 1), sizes=(4, 4, 4))
+    ov = for_backend(g, "openvino-cpu")
+    assert _ops(ov) == ["conv", "bn", "relu"]
+    c = ov.node("c0")
+    assert (c.attrs.groups, c.attrs.out_channels, c.input_shape) == (3, 18, (1, 12, 8, 8))
+    assert sorted(c.meta["absorbed"]) == ["c1", "c2", "cat", "s"]
+    # FLOPs are the three parts' together
+    assert ov.cost().flops == g.cost().flops
+    assert for_backend(g, "ort-cpu") is g and for_backend(g, "mnn-cpu") is g
+
+
+@pytest.mark.parametrize("kw", [dict(kernels=(1, 3)), dict(sizes=(4, 8)), dict(dw=True),
+                                dict(extra_reader=True)])
+def test_split_convs_that_openvino_runs_apart_stay(kw):
+    g = _mixconv(**kw)
+    assert split_convs_as_group(g.copy()) == []

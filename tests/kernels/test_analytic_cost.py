@@ -119,6 +119,13 @@ TAIL_CONFIGS = {
 }
 
 
+def test_mul_add_tails_cost_the_same_in_closed_form():
+    for name in ("mul-add", "mul-add-relu", "mul-add-sigmoid"):
+        kt = KERNEL_TYPES.get(name)
+        for o in ("same", "channel", "const"):
+            assert_same_cost(kt, kt.config_from_dict(dict(h=7, w=5, cin=8, operand=o)))
+
+
 @pytest.mark.parametrize("family", sorted(TAIL_CONFIGS))
 def test_every_tail_costs_the_same_in_closed_form(family):
     cls = type(KERNEL_TYPES.get(family))

@@ -25,6 +25,8 @@ EXAMPLES = {
     "avgpool": dict(h=28, w=28, cin=16),
     "gap": dict(h=7, w=7, cin=512),
     "mul": dict(h=7, w=7, cin=8, operand="channel"),
+    "mul-add-relu": dict(h=7, w=7, cin=8, operand="channel"),
+    "mul-add": dict(h=7, w=7, cin=8, operand="same"),
     "concat": dict(h=7, w=7, cins=(8, 16, 24)),
     "split": dict(h=7, w=7, cin=8, sizes=(4, 4)),
     "lrn": dict(h=7, w=7, cin=8, size=5),
@@ -97,6 +99,11 @@ def test_kernel_type_of_names():
     assert kernel_type_of(("softmax",)) == "softmax"
     assert kernel_type_of(("pad",)) == "other"
     assert kernel_type_of(("reshape",)) == "reshape"
+    # a gate's multiply with the residual add after it (OpenVINO's element-wise chains);
+    # a multiply and an activation alone stay apart
+    assert kernel_type_of(("mul", "add", "relu")) == "mul-add-relu"
+    assert kernel_type_of(("mul", "relu")) == "other"
+    assert kernel_type_of(("mul", "add", "bn")) == "other"
 
 
 def test_variants_resolve_and_unknown_names_fail():
