@@ -126,7 +126,29 @@ class _Writer:
                 else:
                     self.add("MatMul", [x[0], w], [y], name)
         elif op == "matmul":
+            if a.const_a is not None:
+                x = [self.weights(f"{name}/a", tuple(a.const_a)), *x]
             self.add("MatMul", x, [y], name)
+        elif op == "gather":
+            data = n.input_shapes[0]
+            axis = a.axis % len(data)
+            if a.batch_dims == 0:
+                idx = self.rng.integers(0, data[axis], size=tuple(a.indices_shape))
+                self.add("Gather", [x[0], self.const(f"{name}/indices", idx.astype(np.int64))],
+                         [y], name, axis=axis)
+            elif a.batch_dims == axis and len(a.indices_shape) == axis + 1:
+                # per-row indices (take_along_axis): GatherElements with each index
+                # repeated over the axes after the gathered one
+                shape = tuple(a.indices_shape) + tuple(data[axis + 1:])
+                idx = np.broadcast_to(self.rng.integers(0, data[axis], size=tuple(
+                    a.indices_shape) + (1,) * (len(data) - axis - 1)), shape)
+                self.add("GatherElements",
+                         [x[0], self.const(f"{name}/indices", np.ascontiguousarray(idx, np.int64))],
+                         [y], name, axis=axis)
+            else:
+                raise UnsupportedOpError(
+                    f"gather {name!r}: {a.batch_dims} batch axes with indices "
+                    f"{a.indices_shape} have no ONNX op")
         elif op == "bn":
             c = n.input_shapes[0][1]
             ins = [x[0], self.weights(f"{name}/scale", (c,)), self.weights(f"{name}/bias", (c,)),

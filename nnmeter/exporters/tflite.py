@@ -156,6 +156,13 @@ def _weights(node: Node, rng: np.random.Generator) -> dict[str, np.ndarray]:
         norm_shape = tuple(shape[axis:])
         return {"gamma": rng.uniform(0.5, 1.5, norm_shape).astype(np.float32),
                 "beta": (rng.standard_normal(norm_shape) * 0.1).astype(np.float32)}
+    if op == "matmul" and a.const_a is not None:
+        k = a.const_a[-1]
+        return {"a": _he(rng, tuple(a.const_a), k)}
+    if op == "gather":
+        data = node.input_shapes[0]
+        n = data[a.axis % len(data)]
+        return {"indices": rng.integers(0, n, size=tuple(a.indices_shape)).astype(np.int64)}
     if op in ("add", "sub", "mul", "div") and a.const_shape is not None:
         if op in ("mul", "div"):
             c = rng.uniform(0.5, 1.5, a.const_shape)
@@ -174,7 +181,7 @@ _SPATIAL_OPS = frozenset({"conv", "dwconv", "convtranspose", "maxpool", "avgpool
                           "lrn", "resize", "channelshuffle", "bn"})
 #: Ops computed on the canonical element order: a rank-4 operand held as NHWC is
 #: converted, and so is the output when the tensor is held as NHWC.
-_CANONICAL_OPS = frozenset({"fc", "matmul", "layernorm"})
+_CANONICAL_OPS = frozenset({"fc", "matmul", "layernorm", "gather"})
 #: Ops that read one layout and write another at no extra cost (a transpose composes
 #: the layout change into its permutation; a reshape needs the canonical element order
 #: only on a side whose element order differs between the layouts).
@@ -530,7 +537,15 @@ def _binary(kind: str) -> Emitter:
 
 
 def _matmul(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    if node.attrs.const_a is not None:
+        return [tf.matmul(tf.constant(wts["a"]), xs[0], name=name)]
     return [tf.matmul(xs[0], xs[1], name=name)]
+
+
+def _gather(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
+    a = node.attrs
+    return [tf.gather(xs[0], tf.constant(wts["indices"]), axis=a.axis % len(node.input_shapes[0]),
+                      batch_dims=a.batch_dims, name=name)]
 
 
 def _concat(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _IO) -> list:
@@ -677,7 +692,7 @@ def _identity(tf: Any, node: Node, xs: list, wts: dict, name: str | None, io: _I
 
 _EMITTERS: dict[str, Emitter] = {
     "conv": _conv, "dwconv": _conv, "convtranspose": _conv,
-    "fc": _fc, "matmul": _matmul, "bn": _bn,
+    "fc": _fc, "matmul": _matmul, "gather": _gather, "bn": _bn,
     **{k: _activation(k) for k in ("relu", "relu6", "hswish", "hsigmoid", "sigmoid", "swish",
                                    "gelu", "tanh", "leakyrelu")},
     "clip": _clip,

@@ -277,6 +277,7 @@ _OPTION_FIELDS: dict[str, list[tuple[str, int, str, Any]]] = {
     "SPLIT_V": [("num_splits", 0, "i", 0)],
     "MIRROR_PAD": [("mode", 0, "b", 0)],
     "BATCH_MATMUL": [("adj_x", 0, "?", False), ("adj_y", 1, "?", False)],
+    "GATHER": [("axis", 0, "i", 0), ("batch_dims", 1, "i", 0)],
     "GELU": [("approximate", 0, "?", False)],
     "LOCAL_RESPONSE_NORMALIZATION": [("radius", 0, "i", 0), ("bias", 1, "f", 0.0),
                                      ("alpha", 2, "f", 0.0), ("beta", 3, "f", 0.0)],

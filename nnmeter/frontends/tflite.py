@@ -84,10 +84,10 @@ from nnmeter.frontends._tflite_schema import (
 from nnmeter.ir import layout
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.ir.ops import (
-    ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs, FCAttrs, GapAttrs, InputAttrs,
-    LayerNormAttrs, LRNAttrs,
-    MatMulAttrs, NoAttrs, PadAttrs, PoolAttrs, ReduceAttrs, ReshapeAttrs, ResizeAttrs, SoftmaxAttrs,
-    SplitAttrs, TransposeAttrs, UnknownAttrs,
+    ClipAttrs, ConcatAttrs, ConvAttrs, EltwiseAttrs, FCAttrs, GapAttrs, GatherAttrs,
+    InputAttrs, LayerNormAttrs, LRNAttrs, MatMulAttrs, NoAttrs, PadAttrs, PoolAttrs,
+    ReduceAttrs, ReshapeAttrs, ResizeAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs,
+    UnknownAttrs,
 )
 from nnmeter.ir.shapes import infer_node
 
@@ -601,12 +601,28 @@ class _Converter:
         self.emit(op, "reshape", ReshapeAttrs(shape=self.canon(out)), [Ref(fc.name, 0)],
                   name=f"{name}/image", meta={"inserted": True, "element_order": "NHWC"})
 
+    def _op_gather(self, op: TflOperator) -> None:
+        x, idx = op.inputs[0], op.inputs[1]
+        if not self.is_const(idx):
+            raise _OpMismatch("GATHER by computed indices has no IR op")
+        if len(self.shapes[x]) == 4 and x not in self.plain:
+            raise _OpMismatch("GATHER of an image has no IR op")
+        rank = len(self.shapes[x])
+        attrs = GatherAttrs(axis=int(op.options.get("axis", 0)) % rank,
+                            indices_shape=tuple(int(d) for d in self.shapes[idx]),
+                            batch_dims=int(op.options.get("batch_dims", 0)))
+        self.emit(op, "gather", attrs, [x])
+
     def _op_batch_matmul(self, op: TflOperator) -> None:
         a, b = op.inputs[0], op.inputs[1]
-        if self.is_const(a):
-            raise _OpMismatch("BATCH_MATMUL of a constant by an activation has no IR op")
         if op.options.get("adj_x"):
             raise _OpMismatch("BATCH_MATMUL with an adjoint first input has no IR op")
+        if self.is_const(a):
+            if op.options.get("adj_y") or self.is_const(b):
+                raise _OpMismatch("BATCH_MATMUL of a constant by an adjoint has no IR op")
+            self.emit_with_activation(op, "matmul", MatMulAttrs(
+                const_a=tuple(int(d) for d in self.shapes[a])), [b])
+            return
         adj_y = bool(op.options.get("adj_y"))
         if self.is_const(b):
             if adj_y or len(self.shapes[b]) != 2:

@@ -130,7 +130,13 @@ def _weights(node: Node) -> tuple[int, int, int]:
         return w * math.prod(x[:-1]), p, p
     if op == "matmul":
         out = node.output_shapes[0]
+        if a.const_a is not None:  # a stored constant first operand
+            w = math.prod(a.const_a)
+            return math.prod(out) * a.const_a[-1], w, w
         return math.prod(out) * node.input_shapes[0][-1], 0, 0
+    if op == "gather":  # its constant indices are stored
+        n = math.prod(a.indices_shape)
+        return 0, n, n
     if op == "bn":
         c = node.input_shapes[0][1]
         return 0, 2 * c, 4 * c

@@ -96,7 +96,22 @@ class FCAttrs:
 
 @dataclass(frozen=True)
 class MatMulAttrs:
-    """matmul between two activations (no constant weights)."""
+    """matmul between two activations (no constant weights); or, with ``const_a``, a
+    constant first operand of that shape times the one input (DeBERTa's relative
+    positions as the TFLite converter folds them: ``BATCH_MATMUL(const, x)``)."""
+
+    const_a: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GatherAttrs:
+    """gather along ``axis`` with constant indices of ``indices_shape`` (their values
+    are not kept); the first ``batch_dims`` axes of the indices index the data's too
+    (``take_along_axis``): out = data[:axis] + indices[batch_dims:] + data[axis + 1:]."""
+
+    axis: int = 0
+    indices_shape: tuple[int, ...] = ()
+    batch_dims: int = 0
 
 
 @dataclass(frozen=True)
@@ -245,6 +260,7 @@ ATTRS_BY_OP: dict[str, type] = {
     "convtranspose": ConvAttrs,
     "fc": FCAttrs,
     "matmul": MatMulAttrs,
+    "gather": GatherAttrs,
     "bn": BNAttrs,
     **{a: NoAttrs for a in ACTIVATIONS},
     "clip": ClipAttrs,

@@ -137,7 +137,16 @@ def _fc(node: Node, ins: Sequence[Shape]) -> list[Shape]:
 
 
 def _matmul(node: Node, ins: Sequence[Shape]) -> list[Shape]:
-    a, b = ins[0], ins[1]
+    const_a = getattr(node.attrs, "const_a", None)
+    if const_a is not None:
+        if len(ins) != 1:
+            raise ShapeInferenceError(
+                f"matmul {node.name!r}: a constant first operand takes one input, got {len(ins)}")
+        a, b = tuple(const_a), ins[0]
+    elif len(ins) != 2:
+        raise ShapeInferenceError(f"matmul {node.name!r}: needs two inputs, got {len(ins)}")
+    else:
+        a, b = ins[0], ins[1]
     if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
         raise ShapeInferenceError(f"matmul {node.name!r}: {a} @ {b} does not fit")
     batch = broadcast(a[:-2], b[:-2])
@@ -146,6 +155,20 @@ def _matmul(node: Node, ins: Sequence[Shape]) -> list[Shape]:
 
 def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
+
+
+def _gather(node: Node, ins: Sequence[Shape]) -> list[Shape]:
+    x = ins[0]
+    a = node.attrs
+    axis = _axis(a.axis, len(x))
+    idx = tuple(a.indices_shape)
+    bd = a.batch_dims
+    if not 0 <= axis < len(x) or not 0 <= bd <= min(axis, len(idx)) or \
+            tuple(idx[:bd]) != tuple(x[:bd]):
+        raise ShapeInferenceError(
+            f"gather {node.name!r}: indices {idx} (batch_dims {bd}) do not index {x} on "
+            f"axis {a.axis}")
+    return [tuple(x[:axis]) + idx[bd:] + tuple(x[axis + 1:])]
 
 
 def _concat(node: Node, ins: Sequence[Shape]) -> list[Shape]:
@@ -258,6 +281,7 @@ _RULES: dict[str, Callable[[Node, Sequence[Shape]], list[Shape]]] = {
     "convtranspose": _conv,
     "fc": _fc,
     "matmul": _matmul,
+    "gather": _gather,
     "bn": _same,
     "clip": _same,
     "softmax": _same,

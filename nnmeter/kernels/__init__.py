@@ -30,7 +30,7 @@ from nnmeter.kernels.naming import block_type_of, bn_equivalent, kernel_type_of
 # Each module registers its types in KERNEL_TYPES on import.
 from nnmeter.kernels import (  # noqa: E402,F401  (registration side effect)
     activation, add, attention, bn, channelshuffle, concat, conv, convtranspose, datamove, dwconv,
-    fc, lrn, mul, other, pooling, se, split,
+    fc, gather, lrn, mul, other, pooling, se, split,
 )
 
 __all__ = [
@@ -42,7 +42,8 @@ __all__ = [
 #: Kernel families (modules), for predictors that train one regressor per family.
 FAMILIES = ("conv", "gconv", "dwconv", "convtranspose", "fc", "bn", "add", "activation", "pool",
             "gap", "mul", "concat", "split", "channelshuffle", "se", "datamove", "transpose",
-            "lrn", "matmul", "softmax", "layernorm", "add-layernorm", "split-last", "other")
+            "lrn", "matmul", "softmax", "layernorm", "add-layernorm", "split-last", "gather",
+            "other")
 
 
 def fallback_config(graph, names: Sequence[str], ktype: KernelType) -> tuple[str, object]:

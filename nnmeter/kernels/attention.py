@@ -94,7 +94,11 @@ class MatMulKernel(KernelType):
         if self.scaled != bool(rest) or any(not _is_scalar_scale(n) for n in rest):
             raise ValueError(f"{self.name}: nodes {list(names)} are not a matmul"
                              f"{' and one scalar scale' if self.scaled else ''}")
-        a, b = mm.input_shapes[0], mm.input_shapes[1]
+        # a constant first operand (MatMulAttrs.const_a) runs as a product of two
+        # activations of the same shapes does (LiteRT, measured apart: 0.459 and 0.458 ms)
+        const_a = getattr(mm.attrs, "const_a", None)
+        a = tuple(const_a) if const_a is not None else mm.input_shapes[0]
+        b = mm.input_shapes[-1]
         if len(a) < 2 or len(b) < 2:
             raise ValueError(f"matmul {mm.name!r} reads a vector ({a} @ {b})")
         batch = math.prod(mm.output_shape[:-2]) if len(mm.output_shape) > 2 else 1

@@ -52,6 +52,7 @@ TAIL_HEADS = {
 _SINGLE_TYPES = frozenset(ACTIVATIONS) | {
     "maxpool", "avgpool", "gap", "mul", "concat", "split", "channelshuffle",
     "reshape", "flatten", "transpose", "identity", "lrn", "matmul", "softmax", "layernorm",
+    "gather",
 }
 _DENSE = ("conv", "fc")
 _SIXTH = ("div", "mul")

@@ -11,7 +11,9 @@ from nnmeter.exporters import export
 from nnmeter.exporters.onnx import export_onnx
 from nnmeter.frontends.onnx import load_onnx
 from nnmeter.ir import GraphBuilder, ModelGraph
-from nnmeter.ir.ops import LRNAttrs, MatMulAttrs, NoAttrs, ReduceAttrs, UnknownAttrs
+from nnmeter.ir.ops import (
+    GatherAttrs, LRNAttrs, MatMulAttrs, NoAttrs, ReduceAttrs, UnknownAttrs,
+)
 
 
 def every_op_graph() -> ModelGraph:
@@ -59,7 +61,12 @@ def every_op_graph() -> ModelGraph:
     m = b.add("matmul", [t, t2], MatMulAttrs(), name="mm")
     m = b.add("reducemean", [m], ReduceAttrs(axes=(1,), keepdims=False), name="rm")
     g2 = b.gap(y, keepdims=False, name="gp2")
-    return b.build([head, m, g2])
+    # a constant times an activation, then a per-row and a shared gather
+    mc = b.add("matmul", [t2], MatMulAttrs(const_a=(1, 4, 16)), name="mmc")
+    per_row = b.add("gather", [mc], GatherAttrs(axis=2, indices_shape=(1, 4, 8), batch_dims=2),
+                    name="ga")
+    shared = b.add("gather", [t], GatherAttrs(axis=1, indices_shape=(5,)), name="gs")
+    return b.build([head, m, g2, per_row, shared])
 
 
 def test_every_op_graph_covers_the_exportable_vocabulary():

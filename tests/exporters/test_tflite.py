@@ -17,7 +17,9 @@ from nnmeter.exporters.tflite import (
 from nnmeter.ir import layout
 from nnmeter.ir.builder import GraphBuilder
 from nnmeter.ir.graph import ModelGraph, Ref
-from nnmeter.ir.ops import ClipAttrs, LRNAttrs, MatMulAttrs, ReduceAttrs, UnknownAttrs
+from nnmeter.ir.ops import (
+    ClipAttrs, GatherAttrs, LRNAttrs, MatMulAttrs, ReduceAttrs, UnknownAttrs,
+)
 
 
 def _run(path, inputs: dict[str, np.ndarray], graph: ModelGraph) -> dict[str, np.ndarray]:
@@ -149,6 +151,14 @@ def _one_op_graphs() -> dict[str, ModelGraph]:
     b = new("matmul", (1, 5, 16))
     xt = b.transpose(b.x, (0, 2, 1))
     graphs["matmul"] = b.build([b.add("matmul", [b.x, xt], MatMulAttrs())])
+    b = new("matmul_const", (1, 2, 16, 5))
+    graphs["matmul_const"] = b.build([b.add("matmul", [b.x], MatMulAttrs(const_a=(1, 2, 7, 16)))])
+    b = new("gather", (1, 2, 6, 20))
+    graphs["gather"] = b.build([b.add("gather", [b.x], GatherAttrs(
+        axis=3, indices_shape=(1, 2, 6, 6), batch_dims=3))])
+    b = new("gather_rows", (1, 30, 16))
+    graphs["gather_rows"] = b.build([b.add("gather", [b.x], GatherAttrs(axis=1,
+                                                                         indices_shape=(7,)))])
     b = new("reducemean")
     mean_c = ReduceAttrs(axes=(1,), keepdims=True)
     graphs["reducemean"] = b.build([b.add("reducemean", [b.x], mean_c)])

@@ -366,6 +366,43 @@ def test_attention_tensors_are_not_images_and_layer_norms_are_one_node(attention
     assert counts.get("conv") == 1 and g.shape_of(g.outputs[0]) == (1, 10, 16)
 
 
+@pytest.fixture(scope="module")
+def relative_model(tf, tmp_path_factory):
+    """DeBERTa's relative positions as the converter writes them: a constant (folded
+    position projections) times the keys, and ``take_along_axis`` of the scores by
+    constant indices (a GATHER with batch_dims)."""
+    rng = np.random.default_rng(0)
+    pos = tf.constant(rng.normal(size=(1, 2, 12, 4)).astype(np.float32))
+    idx = tf.constant(rng.integers(0, 12, size=(1, 2, 6, 6)).astype(np.int64))
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 2, 6, 4), tf.float32, name="q"),
+                                  tf.TensorSpec((1, 2, 4, 6), tf.float32, name="kt")])
+    def f(q, kt):
+        scores = tf.matmul(q, kt)                              # (1, 2, 6, 6)
+        p2c = tf.matmul(pos, kt)                               # (1, 2, 12, 6): constant first
+        rel = tf.gather(tf.transpose(p2c, (0, 1, 3, 2)), idx, axis=3, batch_dims=3)
+        return {"out": tf.nn.softmax(scores + rel, axis=-1)}
+
+    return _converted(tf, f, tmp_path_factory.mktemp("relative") / "relative.tflite")
+
+
+@pytest.mark.integration
+def test_constant_first_products_and_gathers_are_ir_ops(relative_model):
+    g = load_tflite(relative_model)
+    assert not [n for n in g.nodes() if n.op == "unknown"]
+    const = [n for n in g.nodes() if n.op == "matmul" and n.attrs.const_a is not None]
+    assert [(n.attrs.const_a, n.output_shape) for n in const] == [((1, 2, 12, 4), (1, 2, 12, 6))]
+    (ga,) = [n for n in g.nodes() if n.op == "gather"]
+    assert (ga.attrs.axis, ga.attrs.indices_shape, ga.attrs.batch_dims) == (3, (1, 2, 6, 6), 3)
+    assert ga.output_shape == (1, 2, 6, 6)
+    from nnmeter.kernels import KERNEL_TYPES
+
+    cfg = KERNEL_TYPES.get("gather").config_from_nodes(g, [ga.name])
+    assert (cfg.outer, cfg.axis_len, cfg.n, cfg.inner, cfg.shared) == (12, 12, 6, 1, False)
+    mm = KERNEL_TYPES.get("matmul").config_from_nodes(g, [const[0].name])
+    assert (mm.batch, mm.m, mm.k, mm.n) == (2, 12, 4, 6)
+
+
 @pytest.mark.integration
 def test_dynamic_batch_uses_one_with_warning(dynamic_model, caplog):
     with caplog.at_level(logging.WARNING, logger="nnmeter.frontends.tflite"):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnmeter.frontends.onnx.attributes import node_attrs, norm_axis
 from nnmeter.frontends.onnx.ops.base import Fallback, act_input, register
-from nnmeter.ir.ops import ConcatAttrs, PadAttrs, ReshapeAttrs, SplitAttrs
+from nnmeter.ir.ops import ConcatAttrs, GatherAttrs, PadAttrs, ReshapeAttrs, SplitAttrs
 
 if TYPE_CHECKING:
     from nnmeter.frontends.onnx.importer import Importer
@@ -315,7 +315,13 @@ def gather(imp: Importer, node: Any, idx: int) -> None:
 
     first = index_of(node)
     if first is None:
-        raise Fallback("Gather of an activation by other than a constant scalar index")
+        if imp.is_const(node.input[1]) and node.input[1] in imp.const_shapes:
+            # a lookup by constant indices: a gather kernel
+            shape = tuple(int(d) for d in imp.const_shapes[node.input[1]])
+            imp.emit(node, idx, "gather", GatherAttrs(axis=axis, indices_shape=shape),
+                     [x], [node.output[0]])
+            return
+        raise Fallback("Gather of an activation by computed indices")
     taken = {first: (idx, node)}
     for j in imp.consumers.get(x, []):
         other = imp.nodes[j]
@@ -338,3 +344,28 @@ def gather(imp: Importer, node: Any, idx: int) -> None:
         j, n = taken[s]
         imp.done.add(j)
         imp.emit(n, j, "reshape", ReshapeAttrs(shape=dropped), [tensors[p]], [n.output[0]])
+
+
+@register("GatherElements")
+def gather_elements(imp: Importer, node: Any, idx: int) -> None:
+    """``take_along_axis`` by constant indices whose every axis but the gathered one is
+    the data's: a gather kernel with per-row indices (DeBERTa's relative positions).
+    Indices that differ along the axes after the gathered one stay unknown."""
+    x = act_input(imp, node)
+    xs = imp.shape(x)
+    axis = norm_axis(int(node_attrs(node).get("axis", 0)), len(xs))
+    if not imp.is_const(node.input[1]) or node.input[1] not in imp.const_shapes:
+        raise Fallback("GatherElements by computed indices")
+    shape = tuple(int(d) for d in imp.const_shapes[node.input[1]])
+    if len(shape) != len(xs) or shape[:axis] != tuple(xs[:axis]) or \
+            shape[axis + 1:] != tuple(xs[axis + 1:]):
+        raise Fallback("GatherElements whose indices do not follow the data's other axes")
+    if axis + 1 < len(xs):
+        _fold_now(imp, node.input[1])
+        v = imp.consts.get(node.input[1])
+        if v is None or not (v == v[(slice(None),) * (axis + 1) + (slice(0, 1),)
+                                  * (len(xs) - axis - 1)]).all():
+            raise Fallback("GatherElements whose indices differ along the copied axes")
+    imp.emit(node, idx, "gather",
+             GatherAttrs(axis=axis, indices_shape=shape[:axis + 1], batch_dims=axis),
+             [x], [node.output[0]])

@@ -63,8 +63,14 @@ def matmul(imp: Importer, node: Any, idx: int) -> None:
     if a_in in imp.refs and b_in in imp.refs:
         imp.emit(node, idx, "matmul", MatMulAttrs(), [a_in, b_in], [node.output[0]])
         return
+    if b_in in imp.refs and imp.is_const(a_in) and len(imp.const_shapes[a_in]) >= 2:
+        # a constant times an activation (DeBERTa's relative positions, folded)
+        imp.emit(node, idx, "matmul",
+                 MatMulAttrs(const_a=tuple(int(d) for d in imp.const_shapes[a_in])), [b_in],
+                 [node.output[0]])
+        return
     if a_in not in imp.refs or not imp.is_const(b_in):
-        raise Fallback("MatMul with a constant first operand")
+        raise Fallback("MatMul of two constants or of a vector constant")
     ws = imp.const_shapes[b_in]
     if len(ws) != 2 or len(imp.shape(a_in)) < 2:
         raise Fallback(f"MatMul weight of shape {ws} is not 2-D")
