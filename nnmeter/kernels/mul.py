@@ -40,6 +40,18 @@ class MulConfig:
             raise ValueError(f"mul operand {self.operand!r} is not one of {OPERANDS}")
 
 
+def mul_config(node: Node) -> MulConfig:
+    """The config of one ``mul`` node: its shape and what its second factor is."""
+    h, w, c = hwc(node.output_shape)
+    if node.attrs.const_shape is not None:
+        operand = "const"
+    elif len(node.input_shapes) == 2 and node.input_shapes[0] != node.input_shapes[1]:
+        operand = "channel"
+    else:
+        operand = "same"
+    return MulConfig(h=h, w=w, cin=c, operand=operand)
+
+
 class MulKernel(KernelType):
     name = "mul"
     family = "mul"
@@ -47,15 +59,7 @@ class MulKernel(KernelType):
     feature_names = ("H", "W", "CIN", "same", "channel", "const", "bytes")
 
     def config_from_nodes(self, graph: ModelGraph, names: Sequence[str]) -> MulConfig:
-        node = next(n for n in topo_nodes(graph, names) if n.op == "mul")
-        h, w, c = hwc(node.output_shape)
-        if node.attrs.const_shape is not None:
-            operand = "const"
-        elif len(node.input_shapes) == 2 and node.input_shapes[0] != node.input_shapes[1]:
-            operand = "channel"
-        else:
-            operand = "same"
-        return MulConfig(h=h, w=w, cin=c, operand=operand)
+        return mul_config(next(n for n in topo_nodes(graph, names) if n.op == "mul"))
 
     def _features(self, config: MulConfig) -> list[float]:
         return [config.h, config.w, config.cin,
@@ -119,14 +123,7 @@ class MulTailKernel(TailKernelType):
         super().__init__(tail)
 
     def head_config(self, head: Node) -> MulConfig:
-        h, w, c = hwc(head.output_shape)
-        if head.attrs.const_shape is not None:
-            operand = "const"
-        elif len(head.input_shapes) == 2 and head.input_shapes[0] != head.input_shapes[1]:
-            operand = "channel"
-        else:
-            operand = "same"
-        return MulConfig(h=h, w=w, cin=c, operand=operand)
+        return mul_config(head)
 
     def head_features(self, config: MulConfig) -> list[float]:
         return [config.h, config.w, config.cin,
