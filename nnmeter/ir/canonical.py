@@ -53,7 +53,7 @@ from typing import Any
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 
 __all__ = ["canonicalize", "for_backend", "PASSES", "drop_identity", "fold_constant_affine",
-           "fold_constant_affine_into_norm", "split_convs_as_group",
+           "fold_constant_affine_into_norm", "split_convs_as_group", "drop_identity_shuffle",
            "merge_pad_into_conv", "cancel_transposes", "clip_as_relu6",
            "scale_matmul_at_output", "activation_as_one_op"]
 
@@ -359,6 +359,63 @@ def activation_as_one_op(g: ModelGraph) -> list[str]:
     return done
 
 
+def drop_identity_shuffle(g: ModelGraph) -> list[str]:
+    """A reshape → transpose → reshape that gives back its input's shape and moves only
+    axes of size one (a channel shuffle of one group: ShuffleNet with ``groups=1``) is no
+    op at all; OpenVINO removes it (ORT runs its three ops, MNN one copy). Its names go
+    to the one op that reads the result (OpenVINO names that op's node after them), else
+    to the op before.
+
+    >>> from nnmeter.ir.builder import GraphBuilder
+    >>> b = GraphBuilder("m", (1, 8, 4, 4))
+    >>> y = b.reshape(b.relu(b.x, name="r"), (1, 1, 8, 4, 4), name="r1")
+    >>> y = b.reshape(b.transpose(y, (0, 2, 1, 3, 4), name="t"), (1, 8, 4, 4), name="r2")
+    >>> g = b.build([b.dwconv(y, 3, name="dw")])
+    >>> drop_identity_shuffle(g)
+    ["dropped 'r1', 't', 'r2' (a reshape, transpose and reshape that move nothing)"]
+    >>> [n.op for n in g.topological_nodes()], g.node("dw").meta["absorbed"]
+    (['input', 'relu', 'dwconv'], ['r1', 't', 'r2'])
+    """
+    done = []
+    for name in list(g.topological_order()):
+        if name not in g:
+            continue
+        r1 = g.node(name)
+        if r1.op not in ("reshape", "flatten") or len(r1.inputs) != 1:
+            continue
+        t_name = _sole_reader(g, r1.name)
+        t = g.node(t_name) if t_name else None
+        if t is None or t.op != "transpose" or not r1.output_shapes:
+            continue
+        r2_name = _sole_reader(g, t.name)
+        r2 = g.node(r2_name) if r2_name else None
+        if r2 is None or r2.op not in ("reshape", "flatten") or not r1.input_shapes:
+            continue
+        mid = r1.output_shapes[0]
+        perm = tuple(t.attrs.perm) or tuple(reversed(range(len(mid))))
+        moved = [i for i in perm if mid[i] > 1]
+        if r2.output_shapes[0] != r1.input_shapes[0] or moved != sorted(moved):
+            continue
+        readers = g.successors(r2.name)
+        outputs = {o.node for o in g.outputs}
+        src = r1.inputs[0]
+        host = readers[0] if len(readers) == 1 and r2.name not in outputs else src.node
+        if g.node(host).op == "input":
+            continue
+        for reader in readers:
+            rn = g.node(reader)
+            g.replace(reader, inputs=[src if i.node == r2.name else i for i in rn.inputs])
+        g.outputs = [src if o.node == r2.name else o for o in g.outputs]
+        g.remove(r2.name)
+        g.remove(t.name)
+        g.remove(r1.name)
+        for gone in (r1, t, r2):
+            _absorb(g, host, gone)
+        done.append(f"dropped {r1.name!r}, {t.name!r}, {r2.name!r} (a reshape, transpose and "
+                    f"reshape that move nothing)")
+    return done
+
+
 def split_convs_as_group(g: ModelGraph) -> list[str]:
     """A channel ``split`` into equal parts, each read by one dense convolution of the
     same kind (kernel, stride, padding, dilation, bias, output channels) and nothing
@@ -439,11 +496,13 @@ PASSES: tuple[Callable[[ModelGraph], list[str]], ...] = (
 #: FusedMatMul); :func:`activation_as_one_op` where the runtime rebuilds a decomposed
 #: h-swish/h-sigmoid as one op (OpenVINO, MNN); :func:`split_convs_as_group` where it
 #: runs a split into equal dense convolutions and their concat as one grouped convolution
+#: (OpenVINO); :func:`drop_identity_shuffle` where it removes a shuffle that moves nothing
 #: (OpenVINO). MNN runs a scale and shift as ops of their
 #: own, and LiteRT runs what nnmeter's exporter writes.
 _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
     "ort": (fold_constant_affine, scale_matmul_at_output),
-    "openvino": (fold_constant_affine_into_norm, activation_as_one_op, split_convs_as_group),
+    "openvino": (fold_constant_affine_into_norm, activation_as_one_op, split_convs_as_group,
+                 drop_identity_shuffle),
     "mnn": (activation_as_one_op,),
 }
 
@@ -451,13 +510,14 @@ _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
 def _rewrite_candidate(g: ModelGraph) -> bool:
     """Whether a pass of :data:`_BACKEND_PASSES` may rewrite ``g``, for some backend (one
     scan of its nodes): a per-channel constant affine op, a scalar scale read by a
-    matmul, a constant add read by a relu6 (a decomposed h-swish/h-sigmoid), or a
-    split."""
+    matmul, a constant add read by a relu6 (a decomposed h-swish/h-sigmoid), a split or
+    a transpose of a reshape."""
     nodes = g.nx._node
-    succ = g.nx._succ
+    succ, pred = g.nx._succ, g.nx._pred
     for name, n in nodes.items():
         node = n["node"]
-        if node.op == "split":
+        if node.op == "split" or (node.op == "transpose" and any(
+                nodes[p]["node"].op in ("reshape", "flatten") for p in pred[name])):
             return True
         if node.op in _AFFINE_OPS and len(node.inputs) == 1:
             shape = getattr(node.attrs, "const_shape", None)

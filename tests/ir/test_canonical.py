@@ -273,3 +273,18 @@ def test_split_convs_concat_is_one_grouped_conv_on_openvino():
 def test_split_convs_that_openvino_runs_apart_stay(kw):
     g = _mixconv(**kw)
     assert split_convs_as_group(g.copy()) == []
+
+
+@pytest.mark.parametrize("groups,dropped", [(1, True), (2, False)])
+def test_a_shuffle_of_one_group_is_dropped_on_openvino(groups, dropped):
+    b = GraphBuilder("shuffle", (1, 8, 4, 4))
+    y = b.reshape(b.relu(b.x, name="r"), (1, groups, 8 // groups, 4, 4), name="r1")
+    y = b.reshape(b.transpose(y, (0, 2, 1, 3, 4), name="t"), (1, 8, 4, 4), name="r2")
+    g = b.build([b.dwconv(y, 3, name="dw")])
+    ov = for_backend(g, "openvino-cpu")
+    if dropped:
+        assert _ops(ov) == ["relu", "dwconv"]
+        assert ov.node("dw").meta["absorbed"] == ["r1", "t", "r2"]
+    else:
+        assert ov is g  # a real shuffle stays
+    assert for_backend(g, "ort-cpu") is g  # ORT runs all three ops
