@@ -507,17 +507,34 @@ _BACKEND_PASSES: dict[str, tuple[Callable[[ModelGraph], list[str]], ...]] = {
 }
 
 
-def _rewrite_candidate(g: ModelGraph) -> bool:
-    """Whether a pass of :data:`_BACKEND_PASSES` may rewrite ``g``, for some backend (one
-    scan of its nodes): a per-channel constant affine op, a scalar scale read by a
-    matmul, a constant add read by a relu6 (a decomposed h-swish/h-sigmoid), a split or
-    a transpose of a reshape."""
+def _passes_of(backend_id: str | None) -> tuple[Callable[[ModelGraph], list[str]], ...]:
+    """The backend-specific passes of ``backend_id`` (by id prefix); None: every one."""
+    if backend_id is None:
+        return tuple(p for ps in _BACKEND_PASSES.values() for p in ps)
+    return _BACKEND_PASSES.get(str(backend_id).split("-", 1)[0], ())
+
+
+def _rewrite_candidate(g: ModelGraph, backend_id: str | None = None) -> bool:
+    """Whether a pass of ``backend_id`` (None: of any backend) may rewrite ``g`` (one scan
+    of its nodes): a per-channel constant affine op, a scalar scale read by a matmul, a
+    constant add read by a relu6 (a decomposed h-swish/h-sigmoid); a split read by
+    convolutions only where :func:`split_convs_as_group` runs, a transpose of a reshape where
+    :func:`drop_identity_shuffle` runs. A graph no pass may rewrite keeps the fast paths
+    (one scan, no copy; the segment memo of ``predict_many``)."""
+    passes = _passes_of(backend_id)
+    if not passes:
+        return False
+    splits = split_convs_as_group in passes
+    shuffles = drop_identity_shuffle in passes
     nodes = g.nx._node
     succ, pred = g.nx._succ, g.nx._pred
     for name, n in nodes.items():
         node = n["node"]
-        if node.op == "split" or (node.op == "transpose" and any(
-                nodes[p]["node"].op in ("reshape", "flatten") for p in pred[name])):
+        if splits and node.op == "split" and succ[name] and all(
+                nodes[r]["node"].op == "conv" for r in succ[name]):
+            return True
+        if shuffles and node.op == "transpose" and any(
+                nodes[p]["node"].op in ("reshape", "flatten") for p in pred[name]):
             return True
         if node.op in _AFFINE_OPS and len(node.inputs) == 1:
             shape = getattr(node.attrs, "const_shape", None)
@@ -537,8 +554,8 @@ def for_backend(g: ModelGraph, backend_id: str) -> ModelGraph:
     shift, :func:`scale_matmul_at_output` where it scales a product's inputs inside
     it), or ``g`` itself when they change nothing. Cheap when there is nothing to
     rewrite (one scan of the nodes)."""
-    passes = _BACKEND_PASSES.get(str(backend_id).split("-", 1)[0], ())
-    if not passes or not _rewrite_candidate(g):
+    passes = _passes_of(backend_id)
+    if not passes or not _rewrite_candidate(g, backend_id):
         return g
     out = g.copy()
     notes = [line for p in passes for line in p(out)]

@@ -138,7 +138,8 @@ class SegmentTotals:
             return None
         if self.retype is not None:
             kernels = self.retype(kernels)
-        part = _Part(sub, stub, kernels, nodes[end].name, _rewrite_candidate(sub))
+        part = _Part(sub, stub, kernels, nodes[end].name,
+                     _rewrite_candidate(sub, pred.backend_id))
         self.parts[key] = part
         return part
 

@@ -288,3 +288,14 @@ def test_a_shuffle_of_one_group_is_dropped_on_openvino(groups, dropped):
     else:
         assert ov is g  # a real shuffle stays
     assert for_backend(g, "ort-cpu") is g  # ORT runs all three ops
+
+
+def test_rewrite_candidates_are_per_backend():
+    from nnmeter.ir.canonical import _rewrite_candidate
+
+    mix = _mixconv(kernels=(1, 1), sizes=(4, 4))
+    # a split read by convolutions only: OpenVINO may merge them, nobody else rewrites it
+    assert _rewrite_candidate(mix, "openvino-cpu")
+    assert not _rewrite_candidate(mix, "ort-cpu") and not _rewrite_candidate(mix, "mnn-cpu")
+    assert not _rewrite_candidate(mix, "litert-cpu")
+    assert _rewrite_candidate(mix)  # some backend would
