@@ -111,8 +111,7 @@ def join_operand_from_runtime(profiler: Any) -> dict[str, Any]:
     else:
         operand = None
     last = {k: _host(profiler.profile(g, runs=1)) for k, g in last_reader_graphs().items()}
-    needs_last = (last["control"] == "convA" and last["after"] != "convA"
-                  if last["control"] == "convA" else None)
+    needs_last = last["after"] != "convA" if last["control"] == "convA" else None
     return {"operand": operand, "needs_last_reader": needs_last,
             "evidence": {**{f"add({o[0]}, {o[1]})": host for o, host in seen.items()},
                          "residual read again after the add": last["after"],

@@ -205,22 +205,24 @@ class FusionRules:
         convolution, as the runtime's own graph showed (:mod:`nnmeter.fusion.joins`):
         ``"first"`` (the first operand produced by a convolution-like op with no other
         reader), ``"order"`` or None (not known: the partitioner's walk decides)."""
-        for p in self.patterns:
-            if p.kind == "multi_input" and p.ops and p.ops[-1] == rule_op(join):
-                op = p.extra.get("operand")
-                if op in ("first", "order"):
-                    return op
-        return None
+        op = self._join_extra(join, "operand")
+        return op if op in ("first", "order") else None
 
     def join_needs_last_reader(self, join: str) -> bool:
         """Whether a ``join`` (add) fuses into a convolution only when it is the last
         reader of its other operand, as the runtime's own graph showed (OpenVINO sums in
         place, into that operand's buffer; :mod:`nnmeter.fusion.joins`)."""
+        return self._join_extra(join, "needs_last_reader") is True
+
+    def _join_extra(self, join: str, key: str) -> Any:
+        """``key`` of the first two-branch pattern ending in ``join`` that records it
+        (the join probe's answers, :mod:`nnmeter.fusion.joins`), else None."""
         for p in self.patterns:
             if p.kind == "multi_input" and p.ops and p.ops[-1] == rule_op(join):
-                if p.extra.get("needs_last_reader") is True:
-                    return True
-        return False
+                value = p.extra.get(key)
+                if value is not None:
+                    return value
+        return None
 
     def block_fused(self, block: str) -> bool:
         """True when the multi-op ``block`` (see :data:`BLOCKS`) runs as one kernel."""

@@ -402,13 +402,8 @@ def drop_identity_shuffle(g: ModelGraph) -> list[str]:
         host = readers[0] if len(readers) == 1 and r2.name not in outputs else src.node
         if g.node(host).op == "input":
             continue
-        for reader in readers:
-            rn = g.node(reader)
-            g.replace(reader, inputs=[src if i.node == r2.name else i for i in rn.inputs])
-        g.outputs = [src if o.node == r2.name else o for o in g.outputs]
-        g.remove(r2.name)
-        g.remove(t.name)
-        g.remove(r1.name)
+        for gone in (r2, t, r1):
+            g.bypass(gone.name)
         for gone in (r1, t, r2):
             _absorb(g, host, gone)
         done.append(f"dropped {r1.name!r}, {t.name!r}, {r2.name!r} (a reshape, transpose and "
@@ -466,11 +461,7 @@ def split_convs_as_group(g: ModelGraph) -> list[str]:
                                      groups=k)
         g.replace(first.name, attrs=merged, inputs=[split.inputs[0]],
                   input_shapes=(split.input_shapes[0],), output_shapes=cat.output_shapes)
-        for reader in list(g.successors(cat.name)):
-            r = g.node(reader)
-            g.replace(reader, inputs=[Ref(first.name, 0) if i.node == cat.name else i
-                                      for i in r.inputs])
-        g.outputs = [Ref(first.name, 0) if o.node == cat.name else o for o in g.outputs]
+        g.redirect(cat.name, Ref(first.name, 0))
         g.remove(cat.name)
         for c in convs[1:]:
             g.remove(c.name)

@@ -274,14 +274,17 @@ class ModelGraph:
             raise GraphValidationError(
                 f"cannot bypass {name!r}: it has {len(node.inputs)} inputs, needs 1"
             )
-        src = node.inputs[0]
-        for reader in list(self.nx.successors(name)):
-            rnode = self.node(reader)
-            new_inputs = [src if r.node == name else r for r in rnode.inputs]
-            self.replace(reader, inputs=new_inputs)
-        self.outputs = [src if o.node == name else o for o in self.outputs]
+        self.redirect(name, node.inputs[0])
         self.nx.remove_node(name)
         self._topo = None
+
+    def redirect(self, name: str, to: Ref) -> None:
+        """Make every reader of node ``name`` (and every graph output it is) read ``to``
+        instead; ``name`` stays, read by nothing."""
+        for reader in list(self.nx.successors(name)):
+            rnode = self.node(reader)
+            self.replace(reader, inputs=[to if r.node == name else r for r in rnode.inputs])
+        self.outputs = [to if o.node == name else o for o in self.outputs]
 
     # ------------------------------------------------------------------ reading
     def node(self, name: str) -> Node:
