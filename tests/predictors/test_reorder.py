@@ -9,7 +9,8 @@ import pytest
 
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 from nnmeter.predictors.reorder import (IN_CACHE_ELEMENTS, REORDER_FILE, fit_reorder_curve,
-                                        read_reorders, reorder_ms, write_reorders)
+                                        read_reorders, reorder_cost_ms, reorder_ms,
+                                        write_reorders)
 
 
 def _curve():
@@ -39,6 +40,22 @@ def test_line_is_kept_in_cache_and_scaled_past_it():
     # past the cache: 0.5 / 0.2 times the line
     n = 4_000_000
     assert reorder_ms(c, n, line) == pytest.approx((line[0] + line[1] * n) * 2.5, rel=1e-6)
+
+
+def test_cost_never_exceeds_the_profiled_node():
+    c = _curve()
+    # a line below the profiled nodes (the Zen 4's case) is kept as it is
+    low = (0.0005, 0.5e-7)
+    for n in (5_000, 100_000, 500_000):
+        assert reorder_cost_ms(n, low, c) == pytest.approx(reorder_ms(c, n, low))
+        assert reorder_cost_ms(n, low, c) < reorder_ms(c, n)
+    # a steeper line (a device whose relu is slow per element) is held to the curve
+    steep = (0.001, 1e-6)
+    for n in (100_000, 500_000, 4_000_000):
+        assert reorder_ms(c, n, steep) > reorder_ms(c, n)
+        assert reorder_cost_ms(n, steep, c) == pytest.approx(reorder_ms(c, n))
+    # without a profiled curve there is nothing to bound it by: the line
+    assert reorder_cost_ms(100_000, steep) == pytest.approx(steep[0] + steep[1] * 100_000)
 
 
 class _DS:
@@ -85,9 +102,10 @@ def test_training_subtracts_the_steeper_reorders_of_large_kernels(tmp_path,
     g = b.build([b.relu(b.bn(b.conv(b.x, 128, 1)))])
     line = train_predictor("ort-cpu", d, rules)
     assert line.composition.get("reorders").curve is None
-    # past the caches a reorder costs 3x its in-cache rate per element
-    pts = [(n, 1e-7 * n) for n in (60_000, 200_000, 900_000)]
-    pts += [(n, 3e-7 * n) for n in (3_000_000, 6_400_000, 12_000_000)]
+    # past the caches a reorder costs 3x its in-cache rate per element (the profiled
+    # nodes above the relu line, as profiled nodes are: they bound the cost from above)
+    pts = [(n, 1e-6 * n) for n in (60_000, 200_000, 900_000)]
+    pts += [(n, 3e-6 * n) for n in (3_000_000, 6_400_000, 12_000_000)]
     write_reorders(d, {"fingerprint_id": KernelDataset(d, "ort-cpu").fingerprint_id,
                        "curve": fit_reorder_curve(pts, bins=6), "points": pts})
     steep = train_predictor("ort-cpu", d, rules)
