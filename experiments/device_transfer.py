@@ -71,6 +71,31 @@ def _build_cost(ds_dir: Path) -> tuple[int, float]:
     return n, minutes
 
 
+def _speed_reference(backend: str, seed: int, device: str | None,
+                     builds: list[tuple[str, str]], out: dict) -> str:
+    """One line: how fast the device ran the speed reference while the set was measured,
+    against each build (nnmeter.devices.reference); sets and builds made before the
+    reference existed have no probes, and the line says so."""
+    from nnmeter.devices.datasets import model_set_path
+    from nnmeter.devices.reference import compare_records, read_reference, summarize
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+
+    path = model_set_path(backend, seed, device)
+    mine = read_reference(path.parent, tag=path.stem)
+    s = summarize(mine)
+    out["speed_reference"] = {"set": s}
+    if s is None:
+        return "speed reference: no probes recorded with this set"
+    parts = [f"speed reference: this set {s['median_ms']:.3g} ms (drift "
+             f"{100 * s['drift']:.1f} % over {s['probes']} probes)"]
+    for label, ds in builds:
+        ratio = compare_records(read_reference(kernel_dataset_dir(ds)), mine)
+        out["speed_reference"][label] = ratio
+        parts.append(f"{label} build: " + (f"the set ran at {ratio:.3f}x its time"
+                                           if ratio is not None else "no probes"))
+    return "; ".join(parts)
+
+
 def main() -> None:
     from nnmeter import zoo
     from nnmeter.evaluate import evaluate
@@ -132,6 +157,9 @@ def main() -> None:
         lines.append(f"\nseed {seed}: {len(names)} models of {len(fams)} families measured "
                      f"on {device}; repeatability (two passes within ±10 %) "
                      f"{100 * rep:.1f} % of {n_pairs}")
+        lines.append(_speed_reference(args.backend, seed, args.truth_device,
+                                      [(label, ds) for label, _, ds, un in preds if not un],
+                                      report["sets"][seed]))
         lines.append(f"{'predictor':30s} {'measurements':>12s} {'minutes':>8s} "
                      f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}")
         per_family: dict[str, np.ndarray] = {}

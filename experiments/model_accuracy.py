@@ -46,6 +46,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,7 @@ def _rows(backend: str, seed: int = SEED, device: str | None = None) -> list[dic
 def measure(args: argparse.Namespace) -> None:
     from nnmeter import zoo
     from nnmeter.backends import Profiler
+    from nnmeter.devices.reference import SpeedReference
     from nnmeter.errors import NNMeterError
 
     # cheap families first, so a time-limited run covers as many families as it can
@@ -87,8 +89,12 @@ def measure(args: argparse.Namespace) -> None:
     path = _path(args.backend, args.seed, args.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_new = 0
+    # the speed reference at the start of every family (nnmeter.devices.reference): a
+    # report can then say how fast the device ran against its predictor's build
+    reference = SpeedReference(path.parent, tag=path.stem)
     with Profiler(args.backend) as prof, open(path, "a") as fh:
         for fam in fams:
+            reference.probe(prof, f"before {fam}", force=True)
             variants = zoo.sample_variants(fam, args.n, seed=args.seed)
             # family by family: pass 0 over its variants, then pass 1 (minutes apart).
             # Graphs are rebuilt (deterministically) rather than kept: twenty large
@@ -232,6 +238,30 @@ def _record_accuracy(args: argparse.Namespace, pred: object, wanted: set, out: d
     print(f"recorded in {path}")
 
 
+def _speed_line(args: argparse.Namespace, pred: Any) -> dict[str, Any]:
+    """Print and return how fast the device ran the speed reference while this set was
+    measured, against the predictor's build (nnmeter.devices.reference); sets and
+    builds made before the reference existed have no probes, and say so."""
+    from nnmeter.devices.reference import compare_records, read_reference, summarize
+
+    path = _path(args.backend, args.seed, args.device)
+    mine = read_reference(path.parent, tag=path.stem)
+    build = read_reference(pred.resolution.dataset.directory) \
+        if pred.resolution is not None else []
+    s_set, s_build = summarize(mine), summarize(build)
+    ratio = compare_records(build, mine)
+    if s_set is None:
+        print("speed reference: no probes recorded with this set (measured before the "
+              "reference existed)")
+    else:
+        print(f"speed reference: this set {s_set['probes']} probes, median "
+              f"{s_set['median_ms']:.3g} ms, drift {100 * s_set['drift']:.1f} %"
+              + (f"; the predictor's build {s_build['median_ms']:.3g} ms: the set ran at "
+                 f"{ratio:.3f}x the build's time" if ratio is not None else
+                 "; the predictor's build has no probes"))
+    return {"set": s_set, "build": s_build, "set_over_build": ratio}
+
+
 def report(args: argparse.Namespace) -> None:
     from nnmeter import zoo
     from nnmeter.evaluate import evaluate
@@ -301,6 +331,7 @@ def report(args: argparse.Namespace) -> None:
           f"{out['date']}; truth: the fastest of each model's passes"
           + (f" measured since {args.since} (one session)" if args.since else "")
           + f"; baselines: {trained_on}")
+    out["speed_reference"] = _speed_line(args, pred)
     print(f"{'family':14s} {'n':>3s} {'±5%':>6s} {'±10%':>6s} {'MAPE%':>6s} {'RMSE ms':>8s} "
           f"{'FLOPs ±10%':>10s} {'F+MAC ±10%':>10s} {'MLP ±10%':>9s} {'GCN ±10%':>9s} "
           f"{'repeat ±10%':>11s} {'sessions ±10%':>13s}")

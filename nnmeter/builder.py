@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from nnmeter.devices.reference import ProbingProfiler, SpeedReference, drift_warning, summarize
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
                             SettingsError, UnknownSettingError, UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
@@ -99,12 +100,17 @@ class BuildResult:
     stopped_by_budget: bool = False
     phases: dict[str, float] = field(
         default_factory=lambda: {"profile": 0.0, "calibrate": 0.0, "train": 0.0})
+    #: the speed reference's probes during this build
+    #: (:func:`nnmeter.devices.reference.summarize`)
+    speed_reference: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
                 "types": self.types, "minutes": self.minutes,
                 "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget,
-                "phases": dict(self.phases)}
+                "phases": dict(self.phases), "speed_reference": self.speed_reference,
+                "warnings": list(self.warnings)}
 
 
 def kernel_prior_from_zoo(rules: Any, *, n_per_family: int = 8, seed: int = 0,
@@ -1056,10 +1062,13 @@ def build_predictor(
             backend_id, ds.directory, calibrations) else 0.0
         profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
         calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
+        reference = SpeedReference(ds.directory) if own_profiler else None
         if own_profiler:
             from nnmeter.backends import Profiler
 
             profiler = Profiler(backend_id)
+            reference.probe(profiler, "start", force=True)
+            profiler = ProbingProfiler(profiler, reference, "profile")
         try:
             profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
                                  t_start=t_start, deadline=profile_deadline,
@@ -1072,8 +1081,12 @@ def build_predictor(
         try:
             if own_profiler and ds.meta() is not None:
                 t_phase = time.monotonic()
+                if calibrations:
+                    reference.probe_with_own_profiler(backend_id, "calibrate")
                 calibrate(backend_id, ds.directory, calibrations, deadline=calibrate_deadline,
                           progress=progress)
+                if calibrations:
+                    reference.probe_with_own_profiler(backend_id, "end")
                 result.phases["calibrate"] = (time.monotonic() - t_phase) / 60
             if settings.train:
                 t_phase = time.monotonic()
@@ -1081,8 +1094,21 @@ def build_predictor(
                 result.phases["train"] = (time.monotonic() - t_phase) / 60
         finally:
             result.minutes = (time.monotonic() - t_start) / 60
+            _note_speed(result, reference, "this build")
             ds.append_raw("builds.jsonl", result.as_dict())
         return result
+
+
+def _note_speed(result: Any, reference: SpeedReference | None, what: str) -> None:
+    """The build's speed-reference summary into ``result``, and a warning (logged too)
+    when the device's speed moved during it (:mod:`nnmeter.devices.reference`)."""
+    if reference is None or not reference.points:
+        return
+    result.speed_reference = summarize(reference.points)
+    warning = drift_warning(result.speed_reference, what)
+    if warning:
+        result.warnings.append(warning)
+        logger.warning(warning)
 
 
 @dataclass
@@ -1101,13 +1127,16 @@ class TransferResult:
     stopped_by_budget: bool = False
     types: dict[str, int] = field(default_factory=dict)
     correction: dict[str, Any] = field(default_factory=dict)
+    speed_reference: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
                 "source": self.source, "measurements": self.measurements,
                 "planned": self.planned, "minutes": self.minutes, "phases": self.phases,
                 "calibrated": self.calibrated, "stopped_by_budget": self.stopped_by_budget,
-                "types": self.types, "correction": self.correction}
+                "types": self.types, "correction": self.correction,
+                "speed_reference": self.speed_reference, "warnings": list(self.warnings)}
 
     def summary(self) -> str:
         lines = [f"transfer {self.source} -> {Path(self.dataset_dir).name}: "
@@ -1123,6 +1152,7 @@ class TransferResult:
                              f"{med:.2f}x their time ({self.correction.get('rows', 0)} rows)")
         if self.stopped_by_budget:
             lines.append("stopped by the budget; rerun the same command to continue")
+        lines.extend(f"warning: {w}" for w in self.warnings)
         lines.append(f"data in {self.dataset_dir}")
         return "\n".join(lines)
 
@@ -1223,10 +1253,13 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         measure_deadline = t0 + SAMPLE_SHARE * budget
 
         own = profiler is None
+        reference = SpeedReference(ds_dir) if own else None
         if own:
             from nnmeter.backends import Profiler
 
             profiler = Profiler(backend_id)
+            reference.probe(profiler, "start", force=True)
+            profiler = ProbingProfiler(profiler, reference, "measure")
         bar = None
         if progress and todo:
             from tqdm import tqdm
@@ -1255,8 +1288,10 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         t2 = time.monotonic()
         if own and ds.meta() is not None:
             cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
+            reference.probe_with_own_profiler(backend_id, "calibrate")
             result.calibrated = list(calibrate(backend_id, ds_dir, None, deadline=cal_deadline,
                                                progress=progress))
+            reference.probe_with_own_profiler(backend_id, "end")
         result.phases["calibrate"] = (time.monotonic() - t2) / 60
 
         t3 = time.monotonic()
@@ -1264,5 +1299,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         result.correction = dict(pred.meta.get("transfer", {}).get("summary", {}))
         result.phases["train"] = (time.monotonic() - t3) / 60
         result.minutes = (time.monotonic() - t0) / 60
+        _note_speed(result, reference, "this transfer build")
         ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
         return result

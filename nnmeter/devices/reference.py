@@ -1,0 +1,219 @@
+"""A speed reference: one fixed small model, measured again and again through a build
+and through a model set's measurement, so that a device whose speed drifts says so.
+
+A predictor describes a device at one speed, but a shared host does not hold one speed.
+On two of the hosts this project ran on, the same whole models measured some minutes
+apart disagreed by more than the accuracy targets allow: the 2-vCPU Xeon's in-model
+calibration, measured twice eleven minutes apart, a median 1.06x (10th-90th percentile
+1.01-1.12x); the Zen 5's, six hours apart, 1.14x (1.09-1.21x). Kernel rows, calibrations
+and a model set measured at different speeds describe different machines, and no
+predictor is better than that disagreement. Before this module nothing said so: the
+figures just came out low.
+
+So the builder measures :func:`reference_graph` at the start of a build, every
+:data:`PROBE_EVERY_S` seconds while it profiles (:class:`ProbingProfiler`, one extra
+measurement of about half a millisecond's model per interval), and before and after the
+calibrations; ``experiments/model_accuracy.py measure`` does the same at the start of
+every family. Each probe is one line of ``speed_reference.jsonl`` beside the data it
+accompanies (:data:`REFERENCE_FILE`). :func:`summarize` gives the drift within one
+record (the slowest probe over the fastest), :func:`drift_warning` a warning past
+:data:`DRIFT_WARN`, and :func:`compare_records` how fast the device ran while one record
+was made against another (a model set's probes against its predictor's build).
+
+The reference is measured, not corrected for: a drift this file reports is a reason to
+measure again on a quiet machine, not a factor to divide by (what slows a shared host
+down slows a cache-bound depthwise convolution and a compute-bound one by different
+amounts).
+
+Examples
+--------
+>>> pts = [{"latency_ms": 0.50}, {"latency_ms": 0.52}, {"latency_ms": 0.60}]
+>>> s = summarize(pts)
+>>> s["probes"], round(s["drift"], 2), s["median_ms"]
+(3, 0.2, 0.52)
+>>> drift_warning(s, "this build").split(":")[0]
+"the device's speed moved by 20.0 % during this build (3 probes of the speed reference, 0.5-0.6 ms)"
+>>> round(compare_records(pts, [{"latency_ms": 0.65}]), 2)
+1.25
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REFERENCE_FILE", "PROBE_EVERY_S", "DRIFT_WARN", "reference_graph",
+           "SpeedReference", "ProbingProfiler", "read_reference", "summarize",
+           "drift_warning", "compare_records"]
+
+logger = logging.getLogger(__name__)
+
+#: the probes' record, beside the rows they accompany
+REFERENCE_FILE = "speed_reference.jsonl"
+#: seconds between two probes while a build profiles
+PROBE_EVERY_S = 120.0
+#: a record whose slowest probe is this much slower than its fastest gets a warning
+DRIFT_WARN = 0.05
+
+
+def reference_graph() -> Any:
+    """The reference model: a 3x3 convolution, a 3x3 depthwise convolution and a 1x1
+    convolution, each with a ReLU, over a 32x56x56 input (0.47-0.71 ms on one Zen 4 core
+    through ORT, OpenVINO, MNN and LiteRT). Small enough to probe often, and made of the
+    dense, depthwise and pointwise kernels that most zoo time goes to. Never change it:
+    records made with another reference do not compare."""
+    from nnmeter.ir import GraphBuilder
+
+    b = GraphBuilder("speed-reference", (1, 32, 56, 56))
+    x = b.relu(b.conv(b.x, 32, 3))
+    x = b.relu(b.dwconv(x, 3))
+    x = b.relu(b.conv(x, 64, 1))
+    return b.build([x])
+
+
+def read_reference(directory: str | os.PathLike[str], *, tag: str | None = None
+                   ) -> list[dict[str, Any]]:
+    """The probes recorded under ``directory`` (torn or foreign lines skipped), oldest
+    first; only those of ``tag`` (a model set's name, :class:`SpeedReference`) when
+    given; [] when there is no record."""
+    path = Path(directory) / REFERENCE_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("latency_ms"), (int, float)) \
+                and row["latency_ms"] > 0 and (tag is None or row.get("set") == tag):
+            out.append(row)
+    return out
+
+
+def summarize(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """``probes``, ``median_ms``, ``min_ms``, ``max_ms`` and ``drift`` (slowest over
+    fastest, less 1) of a record's probes, with the first and last timestamps; None for
+    no probe."""
+    ms = [float(p["latency_ms"]) for p in points if p.get("latency_ms")]
+    if not ms:
+        return None
+    return {"probes": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms),
+            "max_ms": max(ms), "drift": max(ms) / min(ms) - 1.0,
+            "first": points[0].get("timestamp"), "last": points[-1].get("timestamp")}
+
+
+def drift_warning(summary: dict[str, Any] | None, what: str, *,
+                  limit: float = DRIFT_WARN) -> str | None:
+    """A one-line warning when ``summary``'s drift passes ``limit``, else None."""
+    if not summary or summary["probes"] < 2 or summary["drift"] <= limit:
+        return None
+    return (f"the device's speed moved by {100 * summary['drift']:.1f} % during {what} "
+            f"({summary['probes']} probes of the speed reference, {summary['min_ms']:.3g}-"
+            f"{summary['max_ms']:.3g} ms): measurements made at different speeds cannot "
+            f"give a predictor or a figure better than that; measure on a quiet machine "
+            f"(the record: {REFERENCE_FILE})")
+
+
+def compare_records(before: Sequence[dict[str, Any]],
+                    after: Sequence[dict[str, Any]]) -> float | None:
+    """How much longer the reference took in ``after``'s probes than in ``before``'s
+    (ratio of the medians); None when either has no probe."""
+    a, b = summarize(before), summarize(after)
+    if a is None or b is None:
+        return None
+    return b["median_ms"] / a["median_ms"]
+
+
+class SpeedReference:
+    """Probes of :func:`reference_graph` appended to ``<directory>/speed_reference.jsonl``.
+
+    :meth:`probe` measures at most once every ``every_s`` seconds unless forced; a probe
+    that fails is logged and skipped (it never stops the work it accompanies). ``tag``
+    names the record's set where several share a folder (a model set's ``seed1000``)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *,
+                 every_s: float = PROBE_EVERY_S, tag: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.directory = Path(directory)
+        self.tag = tag
+        self.every_s = float(every_s)
+        self._clock = clock
+        self._last: float | None = None
+        self._graph: Any = None
+        #: the probes this object made (the record may hold earlier ones)
+        self.points: list[dict[str, Any]] = []
+
+    def due(self) -> bool:
+        return self._last is None or self._clock() - self._last >= self.every_s
+
+    def probe(self, profiler: Any, phase: str, *, force: bool = False
+              ) -> dict[str, Any] | None:
+        """Measure the reference with ``profiler`` and record it (``phase`` names what was
+        going on); None when not due or when the measurement failed."""
+        if not force and not self.due():
+            return None
+        if self._graph is None:
+            self._graph = reference_graph()
+        self._last = self._clock()
+        try:
+            m = profiler.measure(self._graph, on_error="record")
+        except Exception as err:  # noqa: BLE001 - a probe never stops the work
+            logger.warning("speed reference: measuring failed (%s); skipped", err)
+            return None
+        ms = float(getattr(m, "latency_ms", float("nan")))
+        if not getattr(m, "ok", False) or not (math.isfinite(ms) and ms > 0):
+            logger.warning("speed reference: measuring failed (%s); skipped",
+                           getattr(m, "error", "no time"))
+            return None
+        device = getattr(m, "device", None)
+        point = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "phase": phase,
+                 "latency_ms": float(m.latency_ms),
+                 "spread": float(m.spread) if getattr(m, "spread", None) is not None
+                 else None,
+                 "fingerprint_id": getattr(device, "fingerprint_id", None)}
+        if self.tag is not None:
+            point["set"] = self.tag
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / REFERENCE_FILE, "a") as fh:
+            fh.write(json.dumps(point) + "\n")
+        self.points.append(point)
+        return point
+
+    def probe_with_own_profiler(self, backend_id: str, phase: str) -> dict[str, Any] | None:
+        """A forced probe through a profiler of its own (between phases whose profilers
+        are closed), opened as the build opens its own."""
+        from nnmeter.backends import Profiler
+
+        try:
+            with Profiler(backend_id) as prof:
+                return self.probe(prof, phase, force=True)
+        except Exception as err:  # noqa: BLE001 - a probe never stops the work
+            logger.warning("speed reference: no profiler for %s (%s); skipped",
+                           backend_id, err)
+            return None
+
+
+class ProbingProfiler:
+    """A profiler that probes the speed reference before a measurement whenever one is
+    due (:meth:`SpeedReference.probe`), and is otherwise the profiler it wraps."""
+
+    def __init__(self, profiler: Any, reference: SpeedReference, phase: str) -> None:
+        self._inner = profiler
+        self._reference = reference
+        self._phase = phase
+
+    def measure(self, graph: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._reference.due():
+            self._reference.probe(self._inner, self._phase)
+        return self._inner.measure(graph, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

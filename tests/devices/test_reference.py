@@ -1,0 +1,141 @@
+"""The speed reference: probes recorded beside the data, their drift, and a real build
+that records them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nnmeter.backends.base import DeviceInfo, Measurement
+from nnmeter.devices.reference import (DRIFT_WARN, REFERENCE_FILE, ProbingProfiler,
+                                       SpeedReference, compare_records, drift_warning,
+                                       read_reference, reference_graph, summarize)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class _Prof:
+    """Times the reference at ``ms[i]`` on its i-th call; other graphs at 1 ms."""
+
+    def __init__(self, ms, fail=False):
+        self.ms, self.fail, self.graphs = list(ms), fail, []
+        self.device = DeviceInfo(cpu_model="fake", cores=2, runtime="fake",
+                                 runtime_version="1", settings={"threads": 1})
+        self.opened = True
+
+    def measure(self, graph, on_error="record", **_):
+        self.graphs.append(graph.name)
+        if self.fail:
+            nan = float("nan")
+            return Measurement(latency_ms=nan, median_ms=nan, min_ms=nan, std_ms=nan,
+                               spread=nan, rounds=0, runs=0, device=None, ok=False,
+                               error="boom")
+        ms = self.ms.pop(0) if graph.name == "speed-reference" else 1.0
+        return Measurement(latency_ms=ms, median_ms=ms, min_ms=ms, std_ms=0.0, spread=0.01,
+                           rounds=1, runs=1, device=self.device)
+
+    def close(self):
+        self.opened = False
+
+
+def test_reference_model_is_fixed():
+    g = reference_graph()
+    assert g.name == "speed-reference"
+    assert [n.op for n in g.nodes()][1:] == ["conv", "relu", "dwconv", "relu", "conv", "relu"]
+    # the same model every time: records made with it compare
+    assert reference_graph().cost().flops == g.cost().flops > 0
+
+
+def test_probes_are_recorded_at_most_once_an_interval(tmp_path):
+    clock = _Clock()
+    ref = SpeedReference(tmp_path, every_s=100, clock=clock)
+    prof = _Prof([0.5, 0.55, 0.6])
+    assert ref.probe(prof, "start")["latency_ms"] == 0.5
+    clock.t = 50
+    assert ref.probe(prof, "profile") is None  # not due
+    assert ref.probe(prof, "calibrate", force=True)["latency_ms"] == 0.55
+    clock.t = 151
+    assert ref.probe(prof, "profile")["phase"] == "profile"
+    rows = read_reference(tmp_path)
+    assert [r["phase"] for r in rows] == ["start", "calibrate", "profile"]
+    assert rows[0]["fingerprint_id"] == prof.device.fingerprint_id
+    assert ref.points == rows
+
+
+def test_a_failed_probe_is_skipped_and_never_raises(tmp_path, caplog):
+    ref = SpeedReference(tmp_path)
+    assert ref.probe(_Prof([], fail=True), "start", force=True) is None
+    assert not (tmp_path / REFERENCE_FILE).exists()
+    assert "speed reference" in caplog.text
+
+
+def test_torn_and_foreign_lines_are_skipped(tmp_path):
+    (tmp_path / REFERENCE_FILE).write_text(
+        json.dumps({"latency_ms": 0.5}) + "\n" + '{"latency_ms": 0.' + "\n"
+        + json.dumps({"latency_ms": -1}) + "\n" + json.dumps([1, 2]) + "\n"
+        + json.dumps({"latency_ms": 0.52}) + "\n")
+    assert [r["latency_ms"] for r in read_reference(tmp_path)] == [0.5, 0.52]
+    assert read_reference(tmp_path / "none") == []
+
+
+def test_drift_summary_warning_and_comparison():
+    steady = [{"latency_ms": 0.50}, {"latency_ms": 0.51}]
+    s = summarize(steady)
+    assert s["probes"] == 2 and s["drift"] == pytest.approx(0.02)
+    assert drift_warning(s, "this build") is None
+    moved = [{"latency_ms": 0.50}, {"latency_ms": 0.50 * (1 + DRIFT_WARN + 0.01)}]
+    w = drift_warning(summarize(moved), "this build")
+    assert w and "6.0 %" in w and "this build" in w and REFERENCE_FILE in w
+    assert drift_warning(summarize([{"latency_ms": 0.5}]), "x") is None  # one probe
+    assert summarize([]) is None and drift_warning(None, "x") is None
+    # a model set measured while the device ran 20 % slower than during its build
+    assert compare_records(steady, [{"latency_ms": 0.606}]) == pytest.approx(1.2, rel=1e-3)
+    assert compare_records([], steady) is None
+
+
+def test_probing_profiler_probes_when_due_and_is_the_profiler_otherwise(tmp_path):
+    clock = _Clock()
+    ref = SpeedReference(tmp_path, every_s=100, clock=clock)
+    inner = _Prof([0.5, 0.6])
+    prof = ProbingProfiler(inner, ref, "profile")
+    g = reference_graph()
+    g.name = "kernel"
+    prof.measure(g)
+    prof.measure(g)
+    clock.t = 100
+    prof.measure(g)
+    assert inner.graphs == ["speed-reference", "kernel", "kernel", "speed-reference", "kernel"]
+    assert prof.device is inner.device
+    prof.close()
+    assert not inner.opened
+
+
+def test_a_real_build_records_its_probes(tmp_path):
+    """ORT, no profiler passed: the build opens its own and probes the reference at its
+    start; the summary goes to builds.jsonl."""
+    from nnmeter.builder import build_predictor
+    from nnmeter.fusion.rules import FusionRules
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+
+    rules = FusionRules.from_decisions("ort-cpu", pairs={})
+    res = build_predictor("ort-cpu", dataset="ort-cpu@ref", budget_minutes=2, root=tmp_path,
+                          rules=rules, prior_configs={"relu": [{"h": 14, "w": 14, "cin": 16}]},
+                          kernels=("relu",), progress=False, train=False,
+                          max_samples_per_type=1, rounds=0, initial_fraction=1.0,
+                          calibrate_boundary=False, calibrate_weight_stream=False,
+                          calibrate_reorders=False, calibrate_chain=False,
+                          calibrate_in_model=False)
+    d = kernel_dataset_dir("ort-cpu@ref", tmp_path)
+    probes = read_reference(d)
+    assert probes and probes[0]["phase"] == "start" and probes[0]["latency_ms"] > 0
+    assert res.speed_reference["probes"] == len(probes)
+    logged = json.loads((d / "builds.jsonl").read_text().splitlines()[-1])
+    assert logged["speed_reference"]["median_ms"] == pytest.approx(
+        summarize(probes)["median_ms"])
