@@ -34,9 +34,10 @@ import numpy as np
 OUT = Path(__file__).resolve().parent / "results"
 
 
-def _truth(backend: str, seed: int, device: str | None = None
-           ) -> tuple[dict[str, float], float, int, str]:
-    """name -> measured ms (faster pass), repeatability ±10 %, pairs, device name."""
+def _truth(backend: str, seed: int, device: str | None = None,
+           families: set[str] | None = None) -> tuple[dict[str, float], float, int, str]:
+    """name -> measured ms (faster pass), repeatability ±10 %, pairs, device name; only
+    the models of ``families`` when given."""
     from nnmeter.devices.datasets import model_set_path
 
     path = model_set_path(backend, seed, device)
@@ -48,7 +49,8 @@ def _truth(backend: str, seed: int, device: str | None = None
             continue
     by: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("ok") and r.get("latency_ms"):
+        if r.get("ok") and r.get("latency_ms") and (families is None
+                                                    or r.get("family") in families):
             by.setdefault(r["variant"], []).append(float(r["latency_ms"]))
     pairs = [(v[0], v[1]) for v in by.values() if len(v) >= 2]
     rep = float(np.mean([abs(a - b) / min(a, b) <= 0.10 for a, b in pairs])) if pairs \
@@ -110,6 +112,9 @@ def main() -> None:
     ap.add_argument("--transfer", default=None, metavar="DATASET")
     ap.add_argument("--full", default=None, metavar="DATASET")
     ap.add_argument("--seeds", default="1000,2000")
+    ap.add_argument("--families", default=None,
+                    help="comma-separated zoo families to score (default: every family "
+                         "the sets hold)")
     ap.add_argument("--truth-device", default=None, metavar="NAME",
                     help="the model sets' device folder (datasets/models/<backend>@NAME/; "
                          "default: this machine's name)")
@@ -118,6 +123,7 @@ def main() -> None:
                          "unadapted predictor; the transfer's own rows alone, no source)")
     args = ap.parse_args()
     ub, uds = args.unadapted.split(":", 1)
+    families = set(args.families.split(",")) if args.families else None
     preds = [("another device's, unadapted", ub, uds, True)]
     if args.transfer:
         preds.append(("transfer", args.backend, args.transfer, False))
@@ -142,13 +148,15 @@ def main() -> None:
              f"--unadapted {args.unadapted}"
              + (f" --transfer {args.transfer}" if args.transfer else "")
              + (f" --full {args.full}" if args.full else "")
-             + (f" --truth-device {args.truth_device}" if args.truth_device else "")]
+             + (f" --truth-device {args.truth_device}" if args.truth_device else "")
+             + (f" --families {args.families}" if args.families else "")]
     for seed in [int(s) for s in args.seeds.split(",")]:
-        truth, rep, n_pairs, device = _truth(args.backend, seed, args.truth_device)
+        truth, rep, n_pairs, device = _truth(args.backend, seed, args.truth_device, families)
         if not truth:
             lines.append(f"seed {seed}: no measured models")
             continue
-        names = sorted(truth)
+        names = sorted(n for n in truth if families is None
+                       or zoo.get_variant(n).family in families)
         graphs = [zoo.get_variant(n).build() for n in names]
         true = np.array([truth[n] for n in names])
         fams = sorted({zoo.get_variant(n).family for n in names})

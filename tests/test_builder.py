@@ -392,11 +392,13 @@ def test_calibrate_splits_its_deadline_by_planned_work_and_continues_partial_rec
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="nnmeter.builder"):
         assert calibrate("fake-cpu", d, deadline=start + 100.0) == \
-            ["weight_refetch", "chain", "in_model"]
-    (first, t1, d1), (second, t2, d2), (third, _, d3) = got
-    assert (first, second, third) == ("weight_refetch", "chain", "in_model")
-    assert d1 - t1 == pytest.approx(25.0, abs=1.0)  # 1 of 4 units of work
-    assert d2 == pytest.approx(start + 100.0, abs=1e-6)  # the rest: all that is left
+            ["in_model", "weight_refetch", "chain"]
+    (first, t1, d1), (second, t2, d2), (third, t3, d3) = got
+    # the in-model record first, with all the time (CALIBRATE_FIRST); then the split
+    assert (first, second, third) == ("in_model", "weight_refetch", "chain")
+    assert d1 == pytest.approx(start + 100.0, abs=1e-6)
+    assert d2 - t2 == pytest.approx(25.0, abs=1.0)  # 1 of 4 units of work
+    assert d3 == pytest.approx(start + 100.0, abs=1e-6)  # the rest: all that is left
     assert any("partial" in r.getMessage() and "chain" in r.getMessage() for r in caplog.records)
     # the complete record replaced its points; the partial one keeps them
     assert not points_path(d, "weight_stream.json").exists()

@@ -64,8 +64,9 @@ class KernelDataset:
 
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
-    #: JSONL files of the dataset that are logs, not kernel rows
-    LOGS = ("rounds.jsonl", "builds.jsonl")
+    #: JSONL files of the dataset that are logs, not kernel rows (the last: the speed
+    #: reference's probes, :data:`nnmeter.devices.reference.REFERENCE_FILE`)
+    LOGS = ("rounds.jsonl", "builds.jsonl", "speed_reference.jsonl")
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)

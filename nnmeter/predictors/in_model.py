@@ -70,7 +70,8 @@ from nnmeter.errors import DatasetError
 __all__ = ["IN_MODEL_FILE", "GROUPS", "ATTENTION_FAMILIES", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "RIDGES",
            "RIDGE_TOLERANCE", "choose_ridge", "group_of",
            "kernel_group",
-           "calibration_models", "planned_in_model_work", "measure_in_model",
+           "calibration_models", "ATTENTION_TYPES", "wants_transformers", "planned_in_model_work",
+           "measure_in_model",
            "read_in_model", "add_in_model_pass", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS"]
 
 logger = logging.getLogger(__name__)
@@ -144,11 +145,11 @@ def kernel_group(kernel: Any) -> str:
     return group_of(kernel.type, size, getattr(kernel.config, "rows", None))
 
 
-def calibration_models() -> list[Any]:
+def calibration_models(*, transformers: bool = True) -> list[Any]:
     """The zoo variants the calibration measures, round-robin over the families (so a
     calibration cut short still covers every family it reached): per family the first
     :data:`VARIANTS` of :data:`DRAWN` drawn with seed :data:`SEED` that are under
-    :data:`MAX_GFLOPS`."""
+    :data:`MAX_GFLOPS`; the transformer families only with ``transformers``."""
     from nnmeter import zoo
     from nnmeter.ir.cost import graph_cost
 
@@ -156,7 +157,7 @@ def calibration_models() -> list[Any]:
     # the transformer families too: their fc kernels stream weights and their attention
     # kernels move activations in ways no CNN shows (a device without transformer
     # points keeps 0 for the attention group)
-    for fam in (*zoo.FAMILY_NAMES, *zoo.TRANSFORMER_FAMILIES):
+    for fam in (*zoo.FAMILY_NAMES, *(zoo.TRANSFORMER_FAMILIES if transformers else ())):
         # three families whose kernels all share two groups (fc, attention) get twice the
         # models of a CNN family, drawn from twice as many
         n, drawn = ((2 * VARIANTS, 2 * DRAWN) if fam in zoo.TRANSFORMER_FAMILIES
@@ -172,15 +173,31 @@ def calibration_models() -> list[Any]:
     return out
 
 
+#: kernel types without which a dataset's predictor cannot estimate a transformer
+ATTENTION_TYPES = ("matmul", "matmul-scale")
+
+
+def wants_transformers(dataset: Any) -> bool:
+    """Whether the calibration should measure the transformer models for ``dataset``: only
+    when it holds attention kernels (:data:`ATTENTION_TYPES`). A transfer from a device
+    measured on CNNs alone predicted ViT and BERT calibration models at 3-6x their time
+    on the Zen 4 (13 of 54 models, all transformers), which the fit then leaves out
+    (:func:`~nnmeter.predictors.terms.in_model.within_reach`): time the budget lacked for
+    the CNN models."""
+    types = set(dataset.kernel_types())
+    return any(t in types for t in ATTENTION_TYPES)
+
+
 def planned_in_model_work(backend_id: str, dataset_dir: str | os.PathLike) -> int:
     """Measurements :func:`measure_in_model` still has to make (each a whole model,
     counted as 5 kernel measurements for the builder's split of its time)."""
     from nnmeter.predictors.calibration_points import CalibrationPoints
     from nnmeter.predictors.dataset import KernelDataset
 
-    done = CalibrationPoints.of(KernelDataset(Path(dataset_dir), backend_id),
-                                IN_MODEL_FILE).load()
-    return 5 * sum(1 for v in calibration_models() if v.name not in done)
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    done = CalibrationPoints.of(ds, IN_MODEL_FILE).load()
+    return 5 * sum(1 for v in calibration_models(transformers=wants_transformers(ds))
+                   if v.name not in done)
 
 
 def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
@@ -209,7 +226,7 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
     ds = KernelDataset(Path(dataset_dir), backend_id)
     log = CalibrationPoints.of(ds, IN_MODEL_FILE)
     stored = log.load()
-    models = calibration_models()
+    models = calibration_models(transformers=wants_transformers(ds))
     points: list[dict[str, Any]] = []
     missing = 0
     fid = None

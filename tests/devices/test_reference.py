@@ -126,9 +126,10 @@ def test_a_real_build_records_its_probes(tmp_path):
 
     rules = FusionRules.from_decisions("ort-cpu", pairs={})
     res = build_predictor("ort-cpu", dataset="ort-cpu@ref", budget_minutes=2, root=tmp_path,
-                          rules=rules, prior_configs={"relu": [{"h": 14, "w": 14, "cin": 16}]},
+                          rules=rules, prior_configs={"relu": [{"h": h, "w": h, "cin": 16}
+                                                           for h in (7, 14, 28, 56)]},
                           kernels=("relu",), progress=False, train=False,
-                          max_samples_per_type=1, rounds=0, initial_fraction=1.0,
+                          max_samples_per_type=4, rounds=0, initial_fraction=1.0,
                           calibrate_boundary=False, calibrate_weight_stream=False,
                           calibrate_reorders=False, calibrate_chain=False,
                           calibrate_in_model=False)
@@ -136,6 +137,12 @@ def test_a_real_build_records_its_probes(tmp_path):
     probes = read_reference(d)
     assert probes and probes[0]["phase"] == "start" and probes[0]["latency_ms"] > 0
     assert res.speed_reference["probes"] == len(probes)
+    # a log beside the rows, never a kernel type (nor part of the predictor's cache key)
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(d, "ort-cpu")
+    assert ds.kernel_types() == ["relu"]
+    assert all(p.name != REFERENCE_FILE for p in ds.files())
     logged = json.loads((d / "builds.jsonl").read_text().splitlines()[-1])
     assert logged["speed_reference"]["median_ms"] == pytest.approx(
         summarize(probes)["median_ms"])

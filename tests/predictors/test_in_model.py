@@ -125,15 +125,30 @@ def test_calibration_models_are_light_seed_zero_variants_round_robin():
 
 def test_measuring_resumes_and_stops_at_its_deadline(world):
     d = kernel_dataset_dir("ort-cpu@fake", world)
+    # a dataset without attention kernels cannot predict a transformer: CNN models only
+    models = calibration_models(transformers=False)
+    assert len(models) < len(calibration_models())
+    assert not {m.family for m in models} & {"vit", "bert", "mobilevit"}
     prof = LinearProfiler()
     cut = measure_in_model("ort-cpu", d, profiler=prof, deadline=time.monotonic() - 1)
     assert prof.calls == 1 and cut["partial"] and cut["points_measured"] == 1
-    assert planned_in_model_work("ort-cpu", d) == 5 * (len(calibration_models()) - 1)
+    assert planned_in_model_work("ort-cpu", d) == 5 * (len(models) - 1)
     prof2 = LinearProfiler()
     rec = measure_in_model("ort-cpu", d, profiler=prof2)
-    assert prof2.calls == len(calibration_models()) - 1  # the stored point is not redone
-    assert not rec.get("partial") and len(rec["points"]) == len(calibration_models())
-    assert {p["variant"] for p in rec["points"]} == {m.name for m in calibration_models()}
+    assert prof2.calls == len(models) - 1  # the stored point is not redone
+    assert not rec.get("partial") and len(rec["points"]) == len(models)
+    assert {p["variant"] for p in rec["points"]} == {m.name for m in models}
+
+
+def test_transformer_models_are_calibrated_where_attention_kernels_were_measured(tmp_path):
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.in_model import wants_transformers
+
+    ds = KernelDataset(tmp_path / "ort-cpu@x", "ort-cpu")
+    ds.append("conv-bn-relu", {"config": {}, "latency_ms": 1.0})
+    assert not wants_transformers(ds)
+    ds.append("matmul", {"config": {}, "latency_ms": 1.0})
+    assert wants_transformers(ds)
 
 
 def test_a_predictor_fits_its_factors_on_the_measured_models(world):

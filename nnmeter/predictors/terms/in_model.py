@@ -14,7 +14,7 @@ from nnmeter.predictors.composition import Composition, FitContext, ModelView, T
 from nnmeter.predictors.facts import DeviceFacts
 
 __all__ = ["InModelTerm", "fit_in_model", "fit_gemm_fetch", "charged_mb", "GEMM_FETCH_GRID",
-           "MIN_GEMM_MODELS"]
+           "MIN_GEMM_MODELS", "MAX_RATIO", "within_reach"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,19 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
             rows.append((graph, ms))
     if not rows:
         return pred
+    first = np.array([pred.predict(g, check_device=False).total_ms for g, _ in rows])
+    keep = within_reach(first, np.array([ms for _, ms in rows]))
+    if not keep.all():
+        logger.warning(
+            "in-model calibration: %d of %d models left out of the fit, predicted at %s "
+            "their measured time (beyond %gx either way: a kernel the predictor cannot "
+            "estimate, not how kernels run inside a model): %s", int((~keep).sum()),
+            len(rows), ", ".join(f"{b / ms:.2f}x" for (_, ms), b, k
+                                 in zip(rows, first, keep) if not k), MAX_RATIO,
+            ", ".join(str(g.name) for (g, _), k in zip(rows, keep) if not k))
+        rows = [r for r, k in zip(rows, keep) if k]
+        if not rows:
+            return pred
     pred = fit_gemm_fetch(pred, rows)
     from nnmeter.predictors.facts import device_facts
 
@@ -188,6 +201,28 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
                              "median_error_before": before_err,
                              "median_error_after": after_err}
     return pred
+
+
+#: a calibration model predicted further off than this factor (either way) before the
+#: term is left out of its fit (:func:`within_reach`)
+MAX_RATIO = 2.0
+
+
+def within_reach(base: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Which calibration models the in-model fit may use: those whose prediction
+    before the term is within :data:`MAX_RATIO` of their measured time.
+
+    The term moves a model by what its kernels' bytes cost inside it, a few tens of
+    percent. A model predicted at several times its time has a kernel the predictor
+    cannot estimate (a transfer from a device without transformer kernels put ViT and
+    BERT calibration models at 5.6x and 3.8x), and fitting it drags every group's
+    coefficient (there: "other" to its lower bound, every CNN family 5 % under).
+
+    >>> within_reach(np.array([1.0, 5.6, 0.9, 0.4]), np.ones(4)).tolist()
+    [True, False, True, False]
+    """
+    ratio = np.asarray(base, dtype=np.float64) / np.asarray(measured, dtype=np.float64)
+    return np.abs(np.log(ratio)) <= np.log(MAX_RATIO)
 
 
 #: the shares of a matrix product's weight fetch :func:`fit_gemm_fetch` tries
