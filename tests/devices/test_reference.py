@@ -94,6 +94,13 @@ def test_drift_summary_warning_and_comparison():
     w = drift_warning(summarize(moved), "this build")
     assert w and "6.0 %" in w and "this build" in w and REFERENCE_FILE in w
     assert drift_warning(summarize([{"latency_ms": 0.5}]), "x") is None  # one probe
+    # one disturbed probe among steady ones is noise; two slow ones in a row are drift
+    spike = [{"latency_ms": x} for x in (0.672, 0.673, 0.708, 0.674, 0.673)]
+    assert summarize(spike)["drift"] == pytest.approx(0.674 / 0.672 - 1)
+    assert drift_warning(summarize(spike), "x") is None
+    slow = [{"latency_ms": x} for x in (0.672, 0.673, 0.72, 0.73, 0.673)]
+    assert summarize(slow)["drift"] == pytest.approx(0.72 / 0.672 - 1)
+    assert drift_warning(summarize(slow), "x")
     assert summarize([]) is None and drift_warning(None, "x") is None
     # a model set measured while the device ran 20 % slower than during its build
     assert compare_records(steady, [{"latency_ms": 0.606}]) == pytest.approx(1.2, rel=1e-3)
