@@ -42,7 +42,6 @@ Examples
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -87,19 +86,11 @@ def read_reference(directory: str | os.PathLike[str], *, tag: str | None = None
     """The probes recorded under ``directory`` (torn or foreign lines skipped), oldest
     first; only those of ``tag`` (a model set's name, :class:`SpeedReference`) when
     given; [] when there is no record."""
-    path = Path(directory) / REFERENCE_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("latency_ms"), (int, float)) \
-                and row["latency_ms"] > 0 and (tag is None or row.get("set") == tag):
-            out.append(row)
-    return out
+    from nnmeter.predictors.dataset import read_jsonl
+
+    return [row for row in read_jsonl(Path(directory) / REFERENCE_FILE)
+            if isinstance(row.get("latency_ms"), (int, float)) and row["latency_ms"] > 0
+            and (tag is None or row.get("set") == tag)]
 
 
 def summarize(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -191,9 +182,9 @@ class SpeedReference:
                  "fingerprint_id": getattr(device, "fingerprint_id", None)}
         if self.tag is not None:
             point["set"] = self.tag
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / REFERENCE_FILE, "a") as fh:
-            fh.write(json.dumps(point) + "\n")
+        from nnmeter.predictors.dataset import append_jsonl
+
+        append_jsonl(self.directory / REFERENCE_FILE, point)
         self.points.append(point)
         return point
 

@@ -33,6 +33,7 @@ from typing import Any
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration", "read_jsonl",
+           "append_jsonl",
            "write_calibration"]
 
 logger = logging.getLogger(__name__)
@@ -246,6 +247,14 @@ class KernelDataset:
     def append_raw(self, name: str, entry: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         _append_line(self.directory / name, json.dumps(entry, sort_keys=True, default=str))
+
+
+def append_jsonl(path: str | os.PathLike, entry: dict[str, Any]) -> None:
+    """Append one JSON object as a line of ``path`` (its folder made if missing), never
+    glued onto a torn last line; :func:`read_jsonl` reads it back."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _append_line(path, json.dumps(entry, sort_keys=True, default=str))
 
 
 def _append_line(path: Path, line: str, *, sync: bool = False) -> None:

@@ -83,6 +83,11 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path):
         + json.dumps({"latency_ms": 0.52}) + "\n")
     assert [r["latency_ms"] for r in read_reference(tmp_path)] == [0.5, 0.52]
     assert read_reference(tmp_path / "none") == []
+    # a probe after a torn last line (a killed write) starts a line of its own
+    with open(tmp_path / REFERENCE_FILE, "a") as fh:
+        fh.write('{"latency_ms": 0.')
+    SpeedReference(tmp_path).probe(_Prof([0.61]), "start", force=True)
+    assert [r["latency_ms"] for r in read_reference(tmp_path)] == [0.5, 0.52, 0.61]
 
 
 def test_drift_summary_warning_and_comparison():
