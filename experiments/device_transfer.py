@@ -79,20 +79,19 @@ def _speed_reference(backend: str, seed: int, device: str | None,
     against each build (nnmeter.devices.reference); sets and builds made before the
     reference existed have no probes, and the line says so."""
     from nnmeter.devices.datasets import model_set_path
-    from nnmeter.devices.reference import compare_records, read_reference, summarize
+    from nnmeter.devices.reference import set_against_builds
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
-    path = model_set_path(backend, seed, device)
-    mine = read_reference(path.parent, tag=path.stem)
-    s = summarize(mine)
-    out["speed_reference"] = {"set": s}
+    got = set_against_builds(model_set_path(backend, seed, device),
+                             {label: kernel_dataset_dir(ds) for label, ds in builds})
+    out["speed_reference"] = got
+    s = got["set"]
     if s is None:
         return "speed reference: no probes recorded with this set"
     parts = [f"speed reference: this set {s['median_ms']:.3g} ms (drift "
              f"{100 * s['drift']:.1f} % over {s['probes']} probes)"]
-    for label, ds in builds:
-        ratio = compare_records(read_reference(kernel_dataset_dir(ds)), mine)
-        out["speed_reference"][label] = ratio
+    for label, _ in builds:
+        ratio = got[label]
         parts.append(f"{label} build: " + (f"the set ran at {ratio:.3f}x its time"
                                            if ratio is not None else "no probes"))
     return "; ".join(parts)

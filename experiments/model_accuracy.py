@@ -242,14 +242,13 @@ def _speed_line(args: argparse.Namespace, pred: Any) -> dict[str, Any]:
     """Print and return how fast the device ran the speed reference while this set was
     measured, against the predictor's build (nnmeter.devices.reference); sets and
     builds made before the reference existed have no probes, and say so."""
-    from nnmeter.devices.reference import compare_records, read_reference, summarize
+    from nnmeter.devices.reference import read_reference, set_against_builds, summarize
 
-    path = _path(args.backend, args.seed, args.device)
-    mine = read_reference(path.parent, tag=path.stem)
-    build = read_reference(pred.resolution.dataset.directory) \
-        if pred.resolution is not None else []
-    s_set, s_build = summarize(mine), summarize(build)
-    ratio = compare_records(build, mine)
+    build_dir = pred.resolution.dataset.directory if pred.resolution is not None else None
+    got = set_against_builds(_path(args.backend, args.seed, args.device),
+                             {"build": build_dir} if build_dir is not None else {})
+    s_set, ratio = got["set"], got.get("build")
+    s_build = summarize(read_reference(build_dir)) if build_dir is not None else None
     if s_set is None:
         print("speed reference: no probes recorded with this set (measured before the "
               "reference existed)")

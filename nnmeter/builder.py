@@ -35,6 +35,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import itertools
@@ -49,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.devices.reference import ProbingProfiler, SpeedReference, drift_warning, summarize
+from nnmeter.devices.reference import SpeedReference, drift_warning, summarize
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
                             SettingsError, UnknownSettingError, UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
@@ -1079,9 +1080,7 @@ def build_predictor(
         if own_profiler:
             from nnmeter.backends import Profiler
 
-            profiler = Profiler(backend_id)
-            reference.probe(profiler, "start", force=True)
-            profiler = ProbingProfiler(profiler, reference, "profile")
+            profiler = reference.watch(Profiler(backend_id), "profile")
         try:
             profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
                                  t_start=t_start, deadline=profile_deadline,
@@ -1094,12 +1093,9 @@ def build_predictor(
         try:
             if own_profiler and ds.meta() is not None:
                 t_phase = time.monotonic()
-                if calibrations:
-                    reference.probe_with_own_profiler(backend_id, "calibrate")
-                calibrate(backend_id, ds.directory, calibrations, deadline=calibrate_deadline,
-                          progress=progress)
-                if calibrations:
-                    reference.probe_with_own_profiler(backend_id, "end")
+                with reference.around(backend_id) if calibrations else contextlib.nullcontext():
+                    calibrate(backend_id, ds.directory, calibrations,
+                              deadline=calibrate_deadline, progress=progress)
                 result.phases["calibrate"] = (time.monotonic() - t_phase) / 60
             if settings.train:
                 t_phase = time.monotonic()
@@ -1270,9 +1266,7 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         if own:
             from nnmeter.backends import Profiler
 
-            profiler = Profiler(backend_id)
-            reference.probe(profiler, "start", force=True)
-            profiler = ProbingProfiler(profiler, reference, "measure")
+            profiler = reference.watch(Profiler(backend_id), "measure")
         bar = None
         if progress and todo:
             from tqdm import tqdm
@@ -1301,10 +1295,9 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         t2 = time.monotonic()
         if own and ds.meta() is not None:
             cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
-            reference.probe_with_own_profiler(backend_id, "calibrate")
-            result.calibrated = list(calibrate(backend_id, ds_dir, None, deadline=cal_deadline,
-                                               progress=progress))
-            reference.probe_with_own_profiler(backend_id, "end")
+            with reference.around(backend_id):
+                result.calibrated = list(calibrate(backend_id, ds_dir, None,
+                                                   deadline=cal_deadline, progress=progress))
         result.phases["calibrate"] = (time.monotonic() - t2) / 60
 
         t3 = time.monotonic()

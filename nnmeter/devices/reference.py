@@ -42,18 +42,19 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = ["REFERENCE_FILE", "PROBE_EVERY_S", "DRIFT_WARN", "reference_graph",
            "SpeedReference", "ProbingProfiler", "read_reference", "summarize",
-           "drift_warning", "compare_records"]
+           "drift_warning", "compare_records", "set_against_builds"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,20 @@ def drift_warning(summary: dict[str, Any] | None, what: str, *,
             f"(the record: {REFERENCE_FILE})")
 
 
+def set_against_builds(set_path: str | os.PathLike[str],
+                       builds: Mapping[str, str | os.PathLike[str]]) -> dict[str, Any]:
+    """The probes of the model set written to ``set_path`` (``<folder>/<set>.jsonl``,
+    :class:`SpeedReference` with its stem as tag) summarized as ``"set"``, and for each
+    ``label -> kernel dataset folder`` of ``builds`` the ratio of the set's median to
+    that build's (None where either has no probe)."""
+    path = Path(set_path)
+    mine = read_reference(path.parent, tag=path.stem)
+    out: dict[str, Any] = {"set": summarize(mine)}
+    for label, directory in builds.items():
+        out[label] = compare_records(read_reference(directory), mine)
+    return out
+
+
 def compare_records(before: Sequence[dict[str, Any]],
                     after: Sequence[dict[str, Any]]) -> float | None:
     """How much longer the reference took in ``after``'s probes than in ``before``'s
@@ -187,6 +202,20 @@ class SpeedReference:
         append_jsonl(self.directory / REFERENCE_FILE, point)
         self.points.append(point)
         return point
+
+    def watch(self, profiler: Any, phase: str) -> "ProbingProfiler":
+        """Probe now through ``profiler`` (the start of the work) and hand back the
+        profiler that probes again whenever one is due while ``phase`` runs."""
+        self.probe(profiler, "start", force=True)
+        return ProbingProfiler(profiler, self, phase)
+
+    @contextlib.contextmanager
+    def around(self, backend_id: str, phase: str = "calibrate") -> Iterator[None]:
+        """A forced probe before the block (``phase``) and one after it (``end``), each
+        through a profiler of its own (:meth:`probe_with_own_profiler`)."""
+        self.probe_with_own_profiler(backend_id, phase)
+        yield
+        self.probe_with_own_profiler(backend_id, "end")
 
     def probe_with_own_profiler(self, backend_id: str, phase: str) -> dict[str, Any] | None:
         """A forced probe through a profiler of its own (between phases whose profilers

@@ -545,11 +545,10 @@ def for_backend(g: ModelGraph, backend_id: str) -> ModelGraph:
     shift, :func:`scale_matmul_at_output` where it scales a product's inputs inside
     it), or ``g`` itself when they change nothing. Cheap when there is nothing to
     rewrite (one scan of the nodes)."""
-    passes = _passes_of(backend_id)
-    if not passes or not _rewrite_candidate(g, backend_id):
+    if not _rewrite_candidate(g, backend_id):  # also False for a backend without passes
         return g
     out = g.copy()
-    notes = [line for p in passes for line in p(out)]
+    notes = [line for p in _passes_of(backend_id) for line in p(out)]
     if not notes:
         return g
     out.meta = {**(getattr(g, "meta", None) or {})}

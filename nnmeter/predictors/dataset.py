@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nnmeter.devices.reference import REFERENCE_FILE
 from nnmeter.errors import DatasetError, FingerprintMismatchError
 
 __all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration", "read_jsonl",
@@ -66,8 +67,8 @@ class KernelDataset:
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
     #: JSONL files of the dataset that are logs, not kernel rows (the last: the speed
-    #: reference's probes, :data:`nnmeter.devices.reference.REFERENCE_FILE`)
-    LOGS = ("rounds.jsonl", "builds.jsonl", "speed_reference.jsonl")
+    #: reference's probes)
+    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE)
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)

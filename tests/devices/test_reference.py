@@ -10,7 +10,8 @@ import pytest
 from nnmeter.backends.base import DeviceInfo, Measurement
 from nnmeter.devices.reference import (DRIFT_WARN, REFERENCE_FILE, ProbingProfiler,
                                        SpeedReference, compare_records, drift_warning,
-                                       read_reference, reference_graph, summarize)
+                                       read_reference, reference_graph, set_against_builds,
+                                       summarize)
 
 
 class _Clock:
@@ -158,3 +159,44 @@ def test_a_real_build_records_its_probes(tmp_path):
     logged = json.loads((d / "builds.jsonl").read_text().splitlines()[-1])
     assert logged["speed_reference"]["median_ms"] == pytest.approx(
         summarize(probes)["median_ms"])
+
+
+def test_a_model_set_is_compared_with_each_build(tmp_path):
+    """The set's probes (tagged with its file's stem) against each build's record."""
+    sets, build = tmp_path / "models", tmp_path / "kernels"
+    SpeedReference(build).probe(_Prof([0.50]), "start", force=True)
+    ref = SpeedReference(sets, tag="seed1000")
+    ref.probe(_Prof([0.60]), "before resnet", force=True)
+    SpeedReference(sets, tag="seed2000").probe(_Prof([0.90]), "before vgg", force=True)
+    got = set_against_builds(sets / "seed1000.jsonl", {"full": build, "none": tmp_path / "x"})
+    assert got["set"]["probes"] == 1 and got["set"]["median_ms"] == 0.60
+    assert got["full"] == pytest.approx(1.2) and got["none"] is None
+    assert set_against_builds(sets / "seed3000.jsonl", {"full": build}) == \
+        {"set": None, "full": None}
+
+
+def test_watch_and_around_probe_at_the_edges_of_their_work(tmp_path, monkeypatch):
+    import nnmeter.backends as backends
+
+    opened = []
+
+    class _Own(_Prof):
+        def __init__(self, backend_id):
+            super().__init__([0.7])
+            opened.append(backend_id)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
+    monkeypatch.setattr(backends, "Profiler", _Own)
+    ref = SpeedReference(tmp_path)
+    inner = _Prof([0.5])
+    prof = ref.watch(inner, "profile")
+    assert isinstance(prof, ProbingProfiler) and inner.graphs == ["speed-reference"]
+    with ref.around("ort-cpu"):
+        assert [p["phase"] for p in ref.points] == ["start", "calibrate"]
+    assert [p["phase"] for p in read_reference(tmp_path)] == ["start", "calibrate", "end"]
+    assert opened == ["ort-cpu", "ort-cpu"]
