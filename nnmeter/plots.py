@@ -4,6 +4,10 @@
   interval of each type's rows when the report has intervals (``nnmeter predict --plot``);
 - :func:`predicted_vs_measured` — predicted against measured per family, log axes, the
   ±10 % band (``experiments/intervals.py report --plot``);
+- :func:`method_panels` — one predicted-against-measured panel per method on one set
+  (``experiments/gcn_paper_check.py``);
+- :func:`accuracy_curve` — model-level accuracy against the measurements each
+  predictor of a device was built from (``experiments/benchmark.py``);
 - :func:`sampling_curves` — the adaptive sampler's cross-validated ±10 % accuracy per
   round, per kernel type, from a dataset's ``rounds.jsonl``
   (``nnmeter build`` records it; ``experiments/intervals.py`` has no part in it).
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["kernel_type_bars", "predicted_vs_measured", "sampling_curves", "sampling_points",
-           "family_bars"]
+           "family_bars", "method_panels", "accuracy_curve"]
 
 
 def _plt() -> Any:
@@ -181,4 +185,70 @@ def family_bars(scores: Mapping[str, Mapping[str, float]], path: str | os.PathLi
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def method_panels(measured: Sequence[float], predictions: Mapping[str, Sequence[float]],
+                  path: str | os.PathLike, *, title: str = "") -> Path:
+    """One panel per method: its predicted against the same measured ms, log axes, y = x
+    and the ±10 % band; each panel's title gives its share within ±10 % and Spearman."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    plt = _plt()
+    if not predictions:
+        raise ValueError("no predictions to plot")
+    m = np.asarray(measured, float)
+    k = len(predictions)
+    fig, axes = plt.subplots(1, k, figsize=(3.6 * k, 3.8), squeeze=False)
+    allp = np.concatenate([np.asarray(p, float) for p in predictions.values()])
+    lo = float(min(allp.min(), m.min())) * 0.8
+    hi = float(max(allp.max(), m.max())) * 1.25
+    x = np.geomspace(lo, hi, 50)
+    for ax, (label, p) in zip(axes[0], predictions.items()):
+        p = np.asarray(p, float)
+        if p.shape != m.shape:
+            raise ValueError(f"{label}: {p.size} predictions for {m.size} measurements")
+        ax.fill_between(x, x * 0.9, x * 1.1, color="#cccccc", alpha=0.6)
+        ax.plot(x, x, color="#555555", lw=0.8)
+        ax.scatter(m, p, s=6, alpha=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("measured ms")
+        within = float(np.mean(np.abs(p / m - 1) <= 0.10))
+        rho = float(spearmanr(p, m).statistic)
+        ax.set_title(f"{label}\n{100 * within:.1f} % within ±10 %, Spearman {rho:.3f}",
+                     fontsize=8)
+    axes[0][0].set_ylabel("predicted ms")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def accuracy_curve(points: Mapping[str, Sequence[tuple[float, float, str]]],
+                   path: str | os.PathLike, *, title: str = "",
+                   ylabel: str = "within ±10 % (%)") -> Path:
+    """Model-level accuracy against the kernel measurements a predictor was built from
+    (log x): per series (e.g. a test set), points ``(measurements, fraction, label)``,
+    each point labelled (e.g. the predictor's name)."""
+    plt = _plt()
+    if not points:
+        raise ValueError("no points to plot")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for series, pts in points.items():
+        pts = sorted(pts)
+        ax.plot([a for a, _, _ in pts], [100 * b for _, b, _ in pts], marker="o", lw=1,
+                label=series)
+        for a, b, lab in pts:
+            ax.annotate(lab, (a, 100 * b), fontsize=6, xytext=(3, -9),
+                        textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("kernel measurements in the predictor's dataset")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 101)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
     return _save(fig, path)
