@@ -89,3 +89,48 @@ def test_model_accuracy_records_its_figures_where_nnmeter_devices_reads_them(tmp
     args.seed, args.families = 5000, "vit,bert"
     ma._record_accuracy(args, pred, {"vit", "bert"}, out)
     assert "transformers seed 5000" in _accuracy(tmp_path)
+
+
+def _benchmark(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), *argv],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_benchmark_names_the_devices_and_backends_its_protocol_has():
+    """An unknown device or backend is a one-line error that lists what the protocol
+    (experiments/protocol.json) declares."""
+    import json
+
+    protocol = json.loads((ROOT / "experiments" / "protocol.json").read_text())["devices"]
+    out = _benchmark("--device", "no-such-device")
+    assert out.returncode == 1 and "no-such-device" in out.stderr
+    assert all(d in out.stderr for d in protocol)
+    device = sorted(protocol)[0]
+    out = _benchmark("--device", device, "--backends", "no-such-backend")
+    assert out.returncode == 1 and "no-such-backend" in out.stderr
+    assert all(b in out.stderr for b in protocol[device])
+
+
+def test_the_protocol_declares_each_reported_set_apart_from_its_training_sets():
+    """A reported set is never a development or baseline-training set of its backend."""
+    import json
+
+    protocol = json.loads((ROOT / "experiments" / "protocol.json").read_text())["devices"]
+    for device, backends in protocol.items():
+        for backend, entry in backends.items():
+            seed = entry["reported"]["seed"]
+            assert seed not in entry["development"], (device, backend)
+            assert seed not in entry["baseline_training"], (device, backend)
+            assert entry["reported"]["passes"] >= 2 and entry["reported"]["declared"]
+            check = entry.get("gcn_check")
+            if check:
+                assert check["seed"] != seed and check["n"] > check["train"] + check["validation"]
+
+
+def test_gcn_paper_check_says_which_set_to_measure_when_it_has_none(tmp_path):
+    env = {**__import__("os").environ, "NNMETER_DATA": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "gcn_paper_check.py"),
+                          "--device", "no-such-device", "--seed", "12345"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert out.returncode == 1
+    assert "seed12345.jsonl" in out.stderr and "measure" in out.stderr

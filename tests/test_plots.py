@@ -67,3 +67,21 @@ def test_family_bars_draw_every_method_and_refuse_nothing(tmp_path):
     assert plots.family_bars(scores, tmp_path / "f.png").read_bytes()[:4] == PNG
     with pytest.raises(ValueError, match="no families"):
         plots.family_bars({}, tmp_path / "g.png")
+
+
+def test_method_panels_draw_a_panel_per_method_and_check_lengths(tmp_path):
+    measured = [1.0, 2.0, 4.0, 8.0]
+    path = plots.method_panels(measured, {"a": [1.05, 2.1, 3.9, 8.5], "b": [2, 3, 4, 5]},
+                               tmp_path / "m.png", title="t")
+    assert path.read_bytes()[:4] == PNG
+    with pytest.raises(ValueError, match="b: 3 predictions for 4"):
+        plots.method_panels(measured, {"b": [1, 2, 3]}, tmp_path / "n.png")
+    with pytest.raises(ValueError, match="no predictions"):
+        plots.method_panels(measured, {}, tmp_path / "o.png")
+
+
+def test_accuracy_curve_labels_each_predictor(tmp_path):
+    pts = {"seed 1": [(725, 0.9, "transfer"), (32832, 0.97, "full build")]}
+    assert plots.accuracy_curve(pts, tmp_path / "c.png").read_bytes()[:4] == PNG
+    with pytest.raises(ValueError, match="no points"):
+        plots.accuracy_curve({}, tmp_path / "d.png")

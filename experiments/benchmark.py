@@ -1,0 +1,263 @@
+"""The benchmark tables of one device, from stored data, by one command.
+
+Reads the frozen protocol (``experiments/protocol.json``: per device and backend, the
+reported zoo set, the baselines' training sets, the GCN's paper check, the predictors
+of the accuracy curve) and writes, under ``experiments/results/benchmark/<device>/``:
+
+- ``<backend>_zoo.{txt,json}``: the nn-Meter table on the reported set: per family n,
+  ±5 %, ±10 %, MAPE, RMSE, each baseline's ±10 % (FLOPs line, FLOPs+MAC line, graph
+  MLP, BRP-NAS GCN; trained on the protocol's training sets, which the reported set is
+  not part of), and the repeatability ceiling (pass 0 against pass 1 of the one run);
+  with figures ``_scatter.png`` (predicted against measured per family, log axes, ±10 %
+  band) and ``_families.png`` (per-family bars against the baselines);
+- ``<backend>_gcn_check.{txt,json,png}``: the GCN against BRP-NAS's own figure
+  (``experiments/gcn_paper_check.py``);
+- ``<backend>_curve.{txt,png}``: the share of the reported set within ±10 % against
+  the kernel measurements of each predictor of this device (transfers, short and full
+  builds): the sampling curve at model level; ``<backend>_sampling.png``: the adaptive
+  sampler's cross-validated accuracy per kernel type, per round, of the device's full
+  build;
+- ``README.md``: every table and figure of the device, with the device's name, the
+  date and the commands.
+
+Usage::
+
+  python experiments/benchmark.py [--device epyc-zen4-avx512-2c] [--backends ort-cpu]
+      [--no-gcn]
+
+No measurement: truth is what ``model_accuracy.py measure`` stored (the protocol names
+the commands). Every step prints as it goes; the GCN trainings show bars with ETAs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+PROTOCOL = ROOT / "experiments" / "protocol.json"
+
+
+class _Tee(io.TextIOBase):
+    """Write to the terminal and keep a copy (a step's printed table)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.kept = out, io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.out.write(s)
+        self.kept.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
+    """The protocol's ``devices`` mapping; a clear exit when it is missing or broken."""
+    try:
+        return json.loads(path.read_text())["devices"]
+    except FileNotFoundError:
+        sys.exit(f"error: {path}: no protocol; it declares each device's reported sets")
+    except (ValueError, KeyError) as err:
+        sys.exit(f"error: {path}: not a protocol ({err}); it needs a 'devices' object")
+
+
+def zoo_table(backend: str, device: str, entry: dict[str, Any], out: Path, gcn: bool) -> dict:
+    """The nn-Meter table on the reported set (model_accuracy.py report)."""
+    import model_accuracy
+
+    rep = entry["reported"]
+    args = argparse.Namespace(
+        backend=backend, seed=rep["seed"], device=device, families=None, since=None,
+        train_seeds=",".join(str(s) for s in entry["baseline_training"]),
+        gcn="brpnas" if gcn else None,
+        record=False, json=str(out.with_suffix(".json")))
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        model_accuracy.report(args)
+    command = (f"python experiments/model_accuracy.py report --backend {backend} --device "
+               f"{device} --seed {rep['seed']} --train-seeds {args.train_seeds}"
+               + (" --gcn" if gcn else ""))
+    out.with_suffix(".txt").write_text(tee.kept.getvalue() + f"command: {command}\n")
+    return json.loads(out.with_suffix(".json").read_text())
+
+
+def gcn_check(backend: str, device: str, entry: dict[str, Any], out: Path) -> str:
+    import gcn_paper_check
+
+    check = entry["gcn_check"]
+    argv = sys.argv
+    sys.argv = ["gcn_paper_check.py", "--backend", backend, "--device", device,
+                "--seed", str(check["seed"]), "--out", str(out)]
+    try:
+        gcn_paper_check.main()
+    finally:
+        sys.argv = argv
+    return out.with_suffix(".txt").read_text()
+
+
+def accuracy_curve(backend: str, device: str, entry: dict[str, Any], out: Path) -> str:
+    """Share of the reported set within ±10 % for each predictor of the protocol's
+    ``accuracy_curve`` list, against its kernel measurements."""
+    import model_accuracy
+
+    from nnmeter import zoo
+    from nnmeter.commands.devices import device_table
+    from nnmeter.evaluate import evaluate
+    from nnmeter.plots import accuracy_curve as plot_curve
+    from nnmeter.predictors import load_predictor
+
+    rows = {r["dataset"]: r for r in device_table(backend)["backends"].get(backend, [])}
+    seed = entry["reported"]["seed"]
+    by: dict[str, float] = {}
+    for r in model_accuracy._rows(backend, seed, device):
+        if r.get("ok") and r.get("latency_ms") and r.get("family") in zoo.FAMILY_NAMES:
+            by[r["variant"]] = min(by.get(r["variant"], np.inf), r["latency_ms"])
+    names = sorted(by)
+    graphs = [zoo.get_variant(n).build() for n in names]
+    true = np.array([by[n] for n in names])
+    lines = [f"{backend} on {device}: the reported set (seed {seed}, {len(names)} models) "
+             f"against each predictor's kernel measurements",
+             f"{'predictor dataset':48s} {'measurements':>12s} {'build min':>9s} "
+             f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}"]
+    points = []
+    for ds in entry.get("accuracy_curve", []):
+        if ds not in rows:
+            lines.append(f"{ds:48s} (no such dataset here: skipped)")
+            continue
+        m = evaluate(load_predictor(backend, dataset=ds).predict_many(graphs), true)
+        n_meas = rows[ds]["measurements"]
+        lines.append(f"{ds:48s} {n_meas:12,d} {rows[ds]['build_minutes']:9.1f} "
+                     f"{100 * m.acc10:6.1f} {100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
+        points.append((n_meas, m.acc10, ds.split("@", 1)[1].replace(device, "").lstrip("-")
+                       or "full build"))
+    text = "\n".join(lines)
+    print(text)
+    out.with_suffix(".txt").write_text(text + "\n")
+    if points:
+        plot_curve({f"zoo seed {seed}": points}, out.with_suffix(".png"),
+                   title=f"{backend} on {device}: accuracy against measurements")
+    return text
+
+
+def sampling_figure(backend: str, device: str, out: Path) -> bool:
+    from nnmeter.plots import sampling_curves
+    from nnmeter.predictors.dataset import kernel_dataset_dir
+
+    log = kernel_dataset_dir(f"{backend}@{device}") / "rounds.jsonl"
+    if not log.exists():
+        return False
+    rounds = []
+    for line in log.read_text().splitlines():
+        try:
+            rounds.append(json.loads(line))
+        except ValueError:
+            continue
+    try:
+        sampling_curves(rounds, out)
+    except ValueError:
+        return False
+    return True
+
+
+def _zoo_markdown(z: dict[str, Any]) -> list[str]:
+    head = ("| family | n | ±5 % | ±10 % | MAPE % | RMSE ms | FLOPs ±10 % | FLOPs+MAC ±10 % "
+            "| graph MLP ±10 % | BRP-NAS GCN ±10 % | repeatability ±10 % |")
+    out = [head, "|" + "---|" * 11]
+
+    def pct(d: dict | None) -> str:
+        return f"{100 * d['acc10']:.1f}" if d else "–"
+
+    for fam, r in [*sorted(z["families"].items()), ("**all**", z["overall"])]:
+        p = r["predictor"]
+        out.append(f"| {fam} | {p['n']} | {100 * p['acc5']:.1f} | {100 * p['acc10']:.1f} | "
+                   f"{p['mape_percent']:.1f} | {p['rmse_ms']:.3f} | {pct(r['flops'])} | "
+                   f"{pct(r['flops_mac'])} | {pct(r['graph_mlp'])} | {pct(r['gcn'])} | "
+                   f"{100 * r['repeatability_acc10']:.1f} |")
+    return out
+
+
+def main() -> int:
+    from tqdm import tqdm
+
+    from nnmeter.devices.cpu import local_cpu
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default=None, help="a device of the protocol (default: "
+                    "this machine's)")
+    ap.add_argument("--backends", default=None, help="comma-separated (default: every "
+                    "backend the protocol lists for the device)")
+    ap.add_argument("--no-gcn", action="store_true",
+                    help="leave the GCN out (its trainings take most of the time)")
+    ap.add_argument("--out", default=None, help="output folder (default experiments/"
+                    "results/benchmark/<device>)")
+    args = ap.parse_args()
+    protocol = load_protocol()
+    device = args.device or local_cpu().short_name()
+    if device not in protocol:
+        sys.exit(f"error: --device {device}: not in {PROTOCOL.name}; devices with a "
+                 f"protocol: {', '.join(sorted(protocol))}")
+    entries = protocol[device]
+    backends = args.backends.split(",") if args.backends else list(entries)
+    unknown = [b for b in backends if b not in entries]
+    if unknown:
+        sys.exit(f"error: --backends {','.join(unknown)}: no protocol on {device}; it has "
+                 f"{', '.join(entries)}")
+    out = Path(args.out or ROOT / "experiments" / "results" / "benchmark" / device)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    md = [f"# Benchmark tables: {device}", "",
+          f"Written {time.strftime('%Y-%m-%d %H:%M')} by `python experiments/benchmark.py "
+          f"--device {device}` from stored measurements (protocol: "
+          f"`experiments/protocol.json`). Every figure below was measured on {device} only.",
+          ""]
+    steps = [(b, s) for b in backends for s in ("zoo", "gcn_check", "curve", "sampling")
+             if s != "gcn_check" or ("gcn_check" in entries[b] and not args.no_gcn)]
+    bar = tqdm(steps, desc=f"benchmark {device}", unit="step", file=sys.stderr)
+    for backend, step in bar:
+        bar.set_postfix_str(f"{backend} {step}")
+        entry = entries[backend]
+        stem = out / f"{backend}_{step}"
+        print(f"\n== {backend}: {step} ==", flush=True)
+        if step == "zoo":
+            z = zoo_table(backend, device, entry, stem, gcn=not args.no_gcn)
+            rep = entry["reported"]
+            md += [f"## {backend}", "",
+                   f"Reported set: zoo seed {rep['seed']}, {z['n_models']} models "
+                   f"({rep['n']} a family), truth the faster of {rep['passes']} passes of one "
+                   f"run, declared {rep['declared']} before it was measured; no design "
+                   f"decision was made on it. Baselines trained on {z['baselines_trained_on']}. "
+                   f"Predictor: `{z['predictor_dataset']}`.", "", *_zoo_markdown(z), "",
+                   f"![predicted against measured]({stem.name}_scatter.png)",
+                   f"![per family]({stem.name}_families.png)", ""]
+        elif step == "gcn_check":
+            text = gcn_check(backend, device, entry, stem)
+            md += ["### The GCN baseline against its paper", "", "```", text.rstrip(), "```",
+                   "", f"![GCN check]({stem.name}.png)", ""]
+        elif step == "curve":
+            text = accuracy_curve(backend, device, entry, stem)
+            md += ["### Accuracy against measurements", "", "```", text.rstrip(), "```", "",
+                   f"![accuracy curve]({stem.name}.png)", ""]
+        elif sampling_figure(backend, device, stem.with_suffix(".png")):
+            md += [f"![adaptive sampling per kernel type]({stem.name}.png)", ""]
+    md.append(f"Total time: {(time.time() - t_start) / 60:.1f} min.")
+    (out / "README.md").write_text("\n".join(md) + "\n")
+    print(f"\nwrote {out}/README.md ({(time.time() - t_start) / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
