@@ -225,17 +225,29 @@ class BRPNASPredictor:
                 f"batch_size={self.batch_size})")
 
     # -- batching -------------------------------------------------------------------
+    #: a batch with at most this many nodes multiplies by a dense adjacency (faster for
+    #: the small graphs of NAS-Bench-201 cells than a sparse product)
+    DENSE_NODES = 512
+
     def _batch(self, encs: Sequence[GraphEncoding]) -> tuple[Any, Any, Any]:
+        """The block-diagonal adjacency, standardised features and global-node rows of
+        ``encs``, as torch tensors."""
         import torch
 
         sizes = [len(e.x) for e in encs]
         off = np.concatenate([[0], np.cumsum(sizes)])
+        n = int(off[-1])
         rows = np.concatenate([e.rows + o for e, o in zip(encs, off)])
         cols = np.concatenate([e.cols + o for e, o in zip(encs, off)])
         vals = np.concatenate([e.values for e in encs])
-        n = int(off[-1])
-        A = torch.sparse_coo_tensor(torch.from_numpy(np.vstack([rows, cols])),
-                                    torch.from_numpy(vals).float(), (n, n), check_invariants=False).coalesce()
+        if n <= self.DENSE_NODES:
+            dense = np.zeros((n, n), dtype=np.float32)
+            dense[rows, cols] = vals
+            A = torch.from_numpy(dense)
+        else:
+            A = torch.sparse_coo_tensor(torch.from_numpy(np.vstack([rows, cols])),
+                                        torch.from_numpy(vals).float(), (n, n),
+                                        check_invariants=False).coalesce()
         X = (np.concatenate([e.x for e in encs]) - self.x_mean_) / self.x_scale_
         glob = torch.from_numpy(off[1:] - 1)
         return A, torch.from_numpy(X).float(), glob
@@ -256,7 +268,8 @@ class BRPNASPredictor:
             def forward(s, A: Any, X: Any, glob: Any) -> Any:
                 h = X
                 for lin, norm in zip(s.lin, s.norm):
-                    h = s.drop(torch.relu(norm(torch.sparse.mm(A, lin(h)))))
+                    h = s.drop(torch.relu(norm(A @ lin(h) if not A.is_sparse
+                                                  else torch.sparse.mm(A, lin(h)))))
                 return s.out(h[glob]).squeeze(-1)
 
         return Net()
@@ -298,12 +311,17 @@ class BRPNASPredictor:
         with _one_thread():
             torch.manual_seed(self.random_state)
             net = self._net(encodings[0].x.shape[1])
-            opt = torch.optim.AdamW(net.parameters(), lr=self.learning_rate,
-                                    weight_decay=self.weight_decay)
+            try:  # the fused step is twice as fast on one core (one graph a step)
+                opt = torch.optim.AdamW(net.parameters(), lr=self.learning_rate,
+                                        weight_decay=self.weight_decay, fused=True)
+            except (RuntimeError, TypeError):
+                opt = torch.optim.AdamW(net.parameters(), lr=self.learning_rate,
+                                        weight_decay=self.weight_decay)
             sched = torch.optim.lr_scheduler.ReduceLROnPlateau(
                 opt, factor=0.5, patience=self.lr_patience, threshold=0.01)
             val_batch = self._batch([encodings[i] for i in val])
             best, best_state, since_best = math.inf, None, 0
+            single: dict[int, tuple] = {}
             bs = max(1, int(self.batch_size))
             bar = tqdm(range(int(self.epochs)), desc=f"BRP-NAS GCN on {len(fit)} graphs",
                        unit="epoch", disable=not self.progress)
@@ -311,7 +329,12 @@ class BRPNASPredictor:
                 net.train()
                 for k in range(0, len(fit), bs):
                     idx = fit[k:k + bs]
-                    A, X, g = self._batch([encodings[i] for i in idx])
+                    if bs == 1:  # one graph a step: its tensors are built once
+                        if idx[0] not in single:
+                            single[idx[0]] = self._batch([encodings[idx[0]]])
+                        A, X, g = single[idx[0]]
+                    else:
+                        A, X, g = self._batch([encodings[i] for i in idx])
                     loss = torch.nn.functional.l1_loss(net(A, X, g), z[idx], reduction="sum")
                     opt.zero_grad()
                     loss.backward()
