@@ -261,7 +261,9 @@ def main() -> int:
                 f"({rep['n']} a family), truth the faster of {rep['passes']} passes of one "
                 f"run, declared {rep['declared']} before it was measured; no design "
                 f"decision was made on it. Baselines trained on {z['baselines_trained_on']}. "
-                f"Predictor: `{z['predictor_dataset']}`.", "", *_zoo_markdown(z), "",
+                f"Predictor: `{z['predictor_dataset']}`."
+                + (f" **Status: {rep['status']}.**" if rep.get("status") else ""),
+                "", *_zoo_markdown(z), "",
                 f"![predicted against measured]({stem.name}_scatter.png)",
                 f"![per family]({stem.name}_families.png)", ""]
         elif step == "gcn_check":
