@@ -168,17 +168,10 @@ def accuracy_curve(backend: str, device: str, entry: dict[str, Any], out: Path) 
 
 def sampling_figure(backend: str, device: str, out: Path) -> bool:
     from nnmeter.plots import sampling_curves
-    from nnmeter.predictors.dataset import kernel_dataset_dir
+    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 
-    log = kernel_dataset_dir(f"{backend}@{device}") / "rounds.jsonl"
-    if not log.exists():
-        return False
-    rounds = []
-    for line in log.read_text().splitlines():
-        try:
-            rounds.append(json.loads(line))
-        except ValueError:
-            continue
+    ds = KernelDataset(kernel_dataset_dir(f"{backend}@{device}"), backend)
+    rounds = [r for r in ds.rounds() if "kernel_type" in r]
     try:
         sampling_curves(rounds, out)
     except ValueError:

@@ -49,6 +49,7 @@ TRAIN, VALIDATION = 900, 100
 
 def _truth(backend: str, seed: int, device: str | None) -> dict[str, list[float]]:
     from nnmeter.devices.datasets import model_set_path
+    from nnmeter.predictors.dataset import read_jsonl
 
     path = model_set_path(backend, seed, device)
     if not path.exists():
@@ -56,11 +57,7 @@ def _truth(backend: str, seed: int, device: str | None) -> dict[str, list[float]
                  f"experiments/model_accuracy.py measure --backend {backend} --seed {seed} "
                  f"--families nasbench201 --n 1400")
     by: dict[str, list[float]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue  # a torn last line
+    for r in read_jsonl(path):  # torn lines of an interrupted run are set aside
         if r.get("ok") and r.get("latency_ms") and r.get("family") == "nasbench201":
             by.setdefault(r["variant"], [None, None])
             if r["pass"] in (0, 1):
@@ -114,6 +111,7 @@ def main() -> int:
           f"{time.time() - t0:.0f} s; repeatability {100 * rep:.1f} % of {len(pairs)} "
           f"within ±10 %", file=sys.stderr)
 
+    stem = Path(args.out or f"experiments/results/gcn_paper_check_{args.backend}@{device}")
     runs = []
     for r in range(args.repeats):
         order = np.random.default_rng(r).permutation(len(names))
@@ -146,9 +144,8 @@ def main() -> int:
         got["FLOPs ranking (no fit)"] = (F[test, 0], "Spearman only")
         runs.append({label: {"metrics": evaluate(p, y[test]).as_dict(), "note": note}
                      for label, (p, note) in got.items()})
-        if r == 0:
-            stem = Path(args.out or f"experiments/results/gcn_paper_check_"
-                                    f"{args.backend}@{device}")
+        if r == 0:  # the figure shows the first split
+            first_test = test
             scatter = {label: p for label, (p, _) in got.items()
                        if label.startswith(("BRP", "nnmeter"))}
 
@@ -191,10 +188,9 @@ def main() -> int:
          "validation": VALIDATION, "repeatability_acc10": rep, "runs": runs,
          "summary": summary, "paper_spearman": PAPER, "paper_flops_cpu": PAPER_FLOPS_CPU},
         indent=1))
-    test = np.random.default_rng(0).permutation(len(names))[TRAIN + VALIDATION:]
-    method_panels(y[test], scatter, f"{stem}.png",
-                  title=f"NAS-Bench-201 on {args.backend}@{device}: {len(test)} test cells "
-                        f"(split 0)")
+    method_panels(y[first_test], scatter, f"{stem}.png",
+                  title=f"NAS-Bench-201 on {args.backend}@{device}: {len(first_test)} test "
+                        f"cells (split 0)")
     print(f"wrote {stem}.txt, .json, .png")
     return 0
 

@@ -304,7 +304,8 @@ class BRPNASPredictor:
         val, fit = order[:n_val], order[n_val:]
         X_all = np.concatenate([encodings[i].x for i in fit])
         self.x_mean_ = X_all.mean(axis=0)
-        self.x_scale_ = np.where(X_all.std(axis=0) > 0, X_all.std(axis=0), 1.0)
+        spread = X_all.std(axis=0)
+        self.x_scale_ = np.where(spread > 0, spread, 1.0)
         t = np.log(y)
         self.t_mean_, self.t_scale_ = float(t[fit].mean()), float(t[fit].std() or 1.0)
         z = torch.from_numpy((t - self.t_mean_) / self.t_scale_).float()
