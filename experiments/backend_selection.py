@@ -18,15 +18,20 @@ resume where they stopped: every measurement is appended as it is made.
   training data (the FLOPs lines) and the pilot as a whole says which backend wins most
   often. Design decisions read the pilot only; the set's truth is measured afresh.
 - **measure**: the set in ``--passes`` passes; in each, per model, every backend in
-  turn, the order rotated from model to model; the analytic baselines' probe models on
-  every backend in the same run.
+  turn, the order rotated from model to model; then the real-architecture set's ONNX
+  models (``experiments/real_set.py``: pytorchcv through torch.onnx and the onnx wheel's
+  Caffe2-era models, built with ``real_set.py build``) the same way on the backends that
+  load ONNX (LiteRT takes .tflite only); the analytic baselines' probe models on every
+  backend in the same run.
 - **report**: truth is the fastest of the passes of this one run; repeatability is the
   first pass's winner scored on the second. Picks scored: nnmeter's predictors of this
   device (``nnmeter.selection.rank_backends``), MNN's analytic cost (FLOPs over one
   measured FLOPS per backend), the same per op class, per-backend FLOPs lines fitted on
   the pilot's other models (leave one out), and "always the pilot's most frequent
   winner". Top-1
-  agreement and mean regret (time lost against the measured fastest).
+  agreement and mean regret (time lost against the measured fastest), for the zoo set
+  and the real set apart (the real set's candidates: those that load its files). No
+  model of the real set is in the pilot: nothing was chosen on it.
 """
 
 from __future__ import annotations
@@ -93,33 +98,40 @@ def _model_file(v, backend: str, cache: Path) -> Path:
 
 
 def _measure_models(variants, backends, passes, out_path: Path, cache: Path, tag: str) -> None:
+    """Zoo variants, exported once per format into ``cache``."""
+    items = [(v.name, v.family, (lambda b, v=v: _model_file(v, b, cache))) for v in variants]
+    _measure_items(items, backends, passes, out_path, tag)
+
+
+def _measure_items(items, backends, passes, out_path: Path, tag: str) -> None:
+    """``items`` — (name, family, file of a backend) — in ``passes`` passes, every
+    backend in turn per model with the order rotated, each row appended as measured."""
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
 
     done = {(r["model"], r["backend"], r["pass"]) for r in _read(out_path)}
-    todo = [(p, v) for p in range(passes) for v in variants]
+    todo = [(p, it) for p in range(passes) for it in items]
     total = len(todo) * len(backends)
-    bar = tqdm(total=total, initial=sum(1 for p, v in todo for b in backends
-                                        if (v.name, b, p) in done), desc=tag, unit="job")
+    bar = tqdm(total=total, initial=sum(1 for p, it in todo for b in backends
+                                        if (it[0], b, p) in done), desc=tag, unit="job")
     profs = {b: Profiler(b) for b in backends}
     try:
         with open(out_path, "a") as fh:
-            for i, (p, v) in enumerate(todo):
+            for i, (p, (name, family, file_of)) in enumerate(todo):
                 order = list(backends[i % len(backends):]) + list(backends[:i % len(backends)])
                 for b in order:
-                    if (v.name, b, p) in done:
+                    if (name, b, p) in done:
                         continue
                     try:
-                        path = _model_file(v, b, cache)
-                        m = profs[b].measure(path, on_error="record")
+                        m = profs[b].measure(file_of(b), on_error="record")
                         row = {"ok": m.ok, "latency_ms": m.latency_ms if m.ok else None,
                                "spread": m.spread, "error": m.error,
                                "fingerprint_id": m.device.fingerprint_id if m.device else None}
                     except Exception as err:  # an export the format cannot take
                         row = {"ok": False, "latency_ms": None,
                                "error": f"{type(err).__name__}: {err}"}
-                    fh.write(json.dumps({"model": v.name, "family": v.family, "backend": b,
+                    fh.write(json.dumps({"model": name, "family": family, "backend": b,
                                          "pass": p, **row,
                                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
                              + "\n")
@@ -129,6 +141,32 @@ def _measure_models(variants, backends, passes, out_path: Path, cache: Path, tag
         bar.close()
         for prof in profs.values():
             prof.close()
+
+
+def _onnx_backends(backends) -> tuple[str, ...]:
+    """The backends of ``backends`` that load an ONNX file."""
+    from nnmeter.backends import get_backend
+
+    return tuple(b for b in backends if get_backend(b).model_format == "onnx")
+
+
+def _real_items(real_dir: str | None) -> list[tuple[str, str, Path]]:
+    """The real-architecture set's ONNX models: (name, family, file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "real_set", Path(__file__).with_name("real_set.py"))
+    real_set = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real_set)
+    d = Path(real_dir) if real_dir else real_set.default_dir("real")
+    man = d / "manifest.json"
+    if not man.exists():
+        raise SystemExit(f"error: no real-architecture set in {d}; build it with "
+                         "'python experiments/real_set.py build --only torch.onnx,caffe2' "
+                         "or pass --no-real")
+    manifest = json.loads(man.read_text())
+    return [(n, info["family"], d / info["file"]) for n, info in sorted(manifest.items())
+            if info["file"].endswith(".onnx")]
 
 
 def _table(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
@@ -198,6 +236,10 @@ def measure(args: argparse.Namespace) -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     _measure_models(variants, BACKENDS, args.passes, d / "truth.jsonl", cache, "truth")
+    if args.real:
+        items = [(n, fam, (lambda b, f=f: f)) for n, fam, f in _real_items(args.real_dir)]
+        _measure_items(items, _onnx_backends(BACKENDS), args.passes,
+                       d / "real_truth.jsonl", "real set")
     rates_path = d / "rates.json"
     if not rates_path.exists():
         rates = {}
@@ -209,64 +251,50 @@ def measure(args: argparse.Namespace) -> None:
                                          indent=1))
 
 
-def report(args: argparse.Namespace) -> None:
-    import numpy as np
+#: a runner-up within this fraction of the measured fastest is a near tie: a pick
+#: between the two is a coin toss at the truth's own repeatability
+NEAR_TIE = 0.03
 
-    from nnmeter import zoo
+
+def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
+                cands: tuple[str, ...], others: tuple[str, ...], extra_picks: dict,
+                rates: dict) -> dict:
+    """Every pick scored on ``models`` (top-1, mean and max regret), each candidate's
+    predictor on them, the truth's repeatability and its near ties."""
     from nnmeter.selection import AnalyticCost, rank_backends, regret
 
-    d = _dir(args.device)
-    rec = json.loads((d / "set.json").read_text())
-    cands = tuple(rec["candidates"])
-    truth_rows = _read(d / "truth.jsonl")
     full = _table(truth_rows)
-    t = {m: {b: v for b, v in bs.items() if b in cands} for m, bs in full.items()}
-    models = [m for m in rec["chosen"] if m in t and all(b in t[m] for b in cands)]
-    rates = json.loads((d / "rates.json").read_text())["rates_flops_per_ms"]
-    graphs = {m: zoo.get_variant(m).build() for m in models}
-    pilot = {m: {b: v for b, v in bs.items() if b in cands}
-             for m, bs in _table(_read(d / "pilot.jsonl")).items()}
-
-    # FLOPs lines per backend, fitted on the pilot's other models (the model itself left
-    # out: the set is the pilot's models, measured afresh)
-    pool_flops = {m: (graphs[m] if m in graphs else zoo.get_variant(m).build()).cost().flops
-                  for m in pilot}
-
-    def flops_line(b: str, leave_out: str) -> np.ndarray:
-        ms = [m for m in pilot if m != leave_out and b in pilot[m]]
-        return np.polyfit([float(pool_flops[m]) for m in ms], [min(pilot[m][b]) for m in ms], 1)
-
+    t = {m: {b: v for b, v in full[m].items() if b in cands} for m in models}
     mnn = AnalyticCost(rates, per_class=False)
     per_class = AnalyticCost(rates, per_class=True)
-    picks: dict[str, dict[str, str]] = {k: {} for k in (
-        "nnmeter", "mnn_analytic", "analytic_per_class", "flops_lines", "most_frequent")}
+    picks: dict[str, dict[str, str]] = {"nnmeter": {}, "mnn_analytic": {},
+                                        "analytic_per_class": {}, **extra_picks}
     predicted: dict[str, dict] = {}
-    for m, g in graphs.items():
+    for m in models:
+        g = graphs[m]
         ranked = rank_backends(g, cands)
         predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
         picks["nnmeter"][m] = ranked[0].backend_id
         picks["mnn_analytic"][m] = mnn.pick(g, cands)
         picks["analytic_per_class"][m] = per_class.pick(g, cands)
-        picks["flops_lines"][m] = min(
-            cands, key=lambda b: np.polyval(flops_line(b, m), pool_flops[m]))
-        picks["most_frequent"][m] = rec["pilot_most_frequent"]
-
     truth = {m: {b: min(t[m][b]) for b in cands} for m in models}
     best = {m: min(truth[m], key=truth[m].get) for m in models}
-    others = [b for b in BACKENDS if b not in cands]
+    runner_up = {m: sorted(truth[m].values())[1] / min(truth[m].values()) - 1
+                 for m in models}
     beaten = {b: sum(1 for m in models if b in full[m] and
                      min(full[m][b]) < min(truth[m].values())) for b in others}
-    out: dict = {"device": d.name.split("@", 1)[1], "models": len(models),
-                 "candidates": list(cands), "other_backends_faster_than_every_candidate":
-                 beaten,
-                 "truth": "fastest of the passes of one run", "set_counts": {
-                     b: sum(1 for m in models if best[m] == b) for b in cands},
+    out: dict = {"models": len(models), "candidates": list(cands),
+                 "other_backends_faster_than_every_candidate": beaten,
+                 "set_counts": {b: sum(1 for m in models if best[m] == b) for b in cands},
+                 "near_ties": sum(r <= NEAR_TIE for r in runner_up.values()),
                  "scores": {}, "predicted": predicted, "measured": truth, "picks": picks}
     for name, p in picks.items():
         regs = [regret(p[m], truth[m]) for m in models]
         out["scores"][name] = {"top1": sum(p[m] == best[m] for m in models) / len(models),
                                "mean_regret": statistics.fmean(regs),
-                               "max_regret": max(regs)}
+                               "max_regret": max(regs),
+                               "within_near_tie": sum(r <= NEAR_TIE for r in regs)
+                               / len(models)}
     # each candidate's predictor on the set (the picks need the ratios between backends
     # right, not the level, but a level far off says which predictor to distrust)
     out["predictor_accuracy"] = {}
@@ -291,23 +319,97 @@ def report(args: argparse.Namespace) -> None:
         w1 = {m: min(p1[m], key=p1[m].get) for m in both}
         regs = [regret(w0[m], p1[m]) for m in both]
         out["repeatability"] = {"top1": sum(w0[m] == w1[m] for m in both) / len(both),
-                                "mean_regret": statistics.fmean(regs), "models": len(both)}
-    lines = [f"backend selection on {out['device']} among {', '.join(cands)}: "
-             f"{len(models)} models, truth: {out['truth']}; winners {out['set_counts']}"]
-    for b, n in beaten.items():
-        lines.append(f"  ({b}, not a candidate, beat every candidate on {n} of "
-                     f"{len(models)})")
-    for name, s in out["scores"].items():
-        lines.append(f"  {name:20s} top-1 {100 * s['top1']:5.1f} %  mean regret "
-                     f"{100 * s['mean_regret']:5.1f} %  max regret {100 * s['max_regret']:5.1f} %")
-    if "repeatability" in out:
-        r = out["repeatability"]
+                                "mean_regret": statistics.fmean(regs),
+                                "within_near_tie": sum(r <= NEAR_TIE for r in regs)
+                                / len(both), "models": len(both)}
+    return out
+
+
+def _part_lines(title: str, part: dict) -> list[str]:
+    n = part["models"]
+    lines = [f"{title}: {n} models among {', '.join(part['candidates'])}; winners "
+             f"{part['set_counts']}; near ties (runner-up within {100 * NEAR_TIE:.0f} % of "
+             f"the fastest) {part['near_ties']} of {n}"]
+    for b, k in part["other_backends_faster_than_every_candidate"].items():
+        lines.append(f"  ({b}, not a candidate, beat every candidate on {k} of {n})")
+    for name, sc in part["scores"].items():
+        lines.append(f"  {name:20s} top-1 {100 * sc['top1']:5.1f} %  mean regret "
+                     f"{100 * sc['mean_regret']:5.1f} %  max regret "
+                     f"{100 * sc['max_regret']:5.1f} %  regret ≤ {100 * NEAR_TIE:.0f} % "
+                     f"{100 * sc['within_near_tie']:5.1f} %")
+    if "repeatability" in part:
+        r = part["repeatability"]
         lines.append(f"  {'repeatability':20s} top-1 {100 * r['top1']:5.1f} %  mean regret "
-                     f"{100 * r['mean_regret']:5.1f} %  (pass 1's winner on pass 2)")
-    for b, a in out["predictor_accuracy"].items():
+                     f"{100 * r['mean_regret']:5.1f} %  regret ≤ {100 * NEAR_TIE:.0f} % "
+                     f"{100 * r['within_near_tie']:5.1f} %  (pass 1's winner on pass 2, "
+                     f"{r['models']} models)")
+    for b, a in part["predictor_accuracy"].items():
         lines.append(f"  predictor {b} ({a['device']}): {100 * a['within_10']:.1f} % within "
                      f"±10 %, MAPE {a['mape']:.1f} %, median predicted/measured "
                      f"{a['median_ratio']:.3f}")
+    return lines
+
+
+def report(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from nnmeter import zoo
+
+    d = _dir(args.device)
+    rec = json.loads((d / "set.json").read_text())
+    cands = tuple(rec["candidates"])
+    others = tuple(b for b in BACKENDS if b not in cands)
+    truth_rows = _read(d / "truth.jsonl")
+    full = _table(truth_rows)
+    models = [m for m in rec["chosen"] if m in full and all(b in full[m] for b in cands)]
+    rates = json.loads((d / "rates.json").read_text())["rates_flops_per_ms"]
+    graphs = {m: zoo.get_variant(m).build() for m in models}
+    pilot = _table(_read(d / "pilot.jsonl"))
+    pool_flops = {m: (graphs[m] if m in graphs else zoo.get_variant(m).build()).cost().flops
+                  for m in pilot}
+
+    def flops_line(b: str, leave_out: str | None) -> np.ndarray:
+        """Backend ``b``'s latency against FLOPs, fitted on the pilot (the model itself
+        left out: the zoo set is the pilot's models, measured afresh)."""
+        ms = [m for m in pilot if m != leave_out and b in pilot[m]]
+        return np.polyfit([float(pool_flops[m]) for m in ms], [min(pilot[m][b]) for m in ms], 1)
+
+    def most_frequent(cs: tuple[str, ...]) -> str:
+        wins = [min((b for b in cs if b in bs), key=lambda b: min(bs[b]))
+                for bs in pilot.values() if all(b in bs for b in cs)]
+        return max(cs, key=wins.count)
+
+    zoo_part = _score_part(models, graphs, truth_rows, cands, others, {
+        "flops_lines": {m: min(cands, key=lambda b: np.polyval(
+            flops_line(b, m), pool_flops[m])) for m in models},
+        "most_frequent": {m: rec["pilot_most_frequent"] for m in models}}, rates)
+    out: dict = {"device": d.name.split("@", 1)[1], "truth": "fastest of the passes of one run",
+                 **zoo_part}
+    lines = [f"backend selection on {out['device']}, truth: {out['truth']}",
+             *_part_lines("zoo set (seed 3000)", zoo_part)]
+    real_path = d / "real_truth.jsonl"
+    if args.real and real_path.exists():
+        from nnmeter.frontends import load_model
+
+        real_rows = _read(real_path)
+        rcands = _onnx_backends(cands)
+        rfull = _table(real_rows)
+        files = {n: f for n, _, f in _real_items(args.real_dir)}
+        rmodels = [m for m in sorted(rfull) if m in files and all(b in rfull[m] for b in rcands)]
+        rgraphs = {m: load_model(files[m]) for m in rmodels}
+        lines_fit = {b: flops_line(b, None) for b in rcands}
+        mf = most_frequent(rcands)
+        real_part = _score_part(rmodels, rgraphs, real_rows, rcands,
+                                tuple(b for b in _onnx_backends(BACKENDS) if b not in rcands), {
+            "flops_lines": {m: min(rcands, key=lambda b: np.polyval(
+                lines_fit[b], rgraphs[m].cost().flops)) for m in rmodels},
+            "most_frequent": {m: mf for m in rmodels}}, rates)
+        real_part["failed"] = sorted(set(rfull) - set(rmodels))
+        out["real"] = real_part
+        lines += ["", *_part_lines("real-architecture set (ONNX; held out, never in the "
+                                   "pilot)", real_part)]
+        if real_part["failed"]:
+            lines.append(f"  not measured on every candidate: {', '.join(real_part['failed'])}")
     text = "\n".join(lines)
     print(text)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -325,6 +427,11 @@ def main() -> None:
                     help="the backends to choose among (default: the f32 ones, "
                          + ",".join(F32) + ")")
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure and score the real-architecture set's ONNX models too "
+                         "(default: yes)")
+    ap.add_argument("--real-dir", default=None,
+                    help="the real set's folder (default: real_set.py's)")
     ap.add_argument("--cache", default="/tmp/nnmeter-selection-models",
                     help="where exported models are kept between steps")
     ap.add_argument("--json", default="experiments/results/backend_selection.json")
