@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -157,6 +158,7 @@ def _real_items(real_dir: str | None) -> list[tuple[str, str, Path]]:
     spec = importlib.util.spec_from_file_location(
         "real_set", Path(__file__).with_name("real_set.py"))
     real_set = importlib.util.module_from_spec(spec)
+    sys.modules["real_set"] = real_set  # its dataclasses look their module up
     spec.loader.exec_module(real_set)
     d = Path(real_dir) if real_dir else real_set.default_dir("real")
     man = d / "manifest.json"
@@ -251,17 +253,12 @@ def measure(args: argparse.Namespace) -> None:
                                          indent=1))
 
 
-#: a runner-up within this fraction of the measured fastest is a near tie: a pick
-#: between the two is a coin toss at the truth's own repeatability
-NEAR_TIE = 0.03
-
-
 def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
                 cands: tuple[str, ...], others: tuple[str, ...], extra_picks: dict,
                 rates: dict) -> dict:
     """Every pick scored on ``models`` (top-1, mean and max regret), each candidate's
     predictor on them, the truth's repeatability and its near ties."""
-    from nnmeter.selection import AnalyticCost, rank_backends, regret
+    from nnmeter.selection import NEAR_TIE, AnalyticCost, rank_backends, regret
 
     full = _table(truth_rows)
     t = {m: {b: v for b, v in full[m].items() if b in cands} for m in models}
@@ -326,6 +323,8 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
 
 
 def _part_lines(title: str, part: dict) -> list[str]:
+    from nnmeter.selection import NEAR_TIE
+
     n = part["models"]
     lines = [f"{title}: {n} models among {', '.join(part['candidates'])}; winners "
              f"{part['set_counts']}; near ties (runner-up within {100 * NEAR_TIE:.0f} % of "

@@ -27,8 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["OP_CLASSES", "op_class", "probe_graphs", "measure_rates", "AnalyticCost",
-           "Candidate", "rank_backends", "regret"]
+__all__ = ["OP_CLASSES", "NEAR_TIE", "op_class", "probe_graphs", "measure_rates",
+           "AnalyticCost", "Candidate", "rank_backends", "near_ties", "regret"]
+
+#: two backends within this fraction of each other are a near tie: on a 2-vCPU
+#: machine a model's measured winner among them changes from one pass to the next
+NEAR_TIE = 0.03
 
 #: the op classes of the per-class analytic cost, with the probe that measures each
 OP_CLASSES = ("conv", "dwconv", "fc", "other")
@@ -142,6 +146,21 @@ def rank_backends(graph: Any, backend_ids: Sequence[str], *,
                              rep.device_name, bool(rep.device_mismatch)))
     out.sort(key=lambda c: c.predicted_ms)
     return out
+
+
+def near_ties(ranked: Sequence[Candidate], tol: float = NEAR_TIE) -> list[str]:
+    """The backends other than the pick (``ranked[0]``) predicted within ``tol`` of it:
+    the pick among them is not worth trusting without measuring them.
+
+    >>> near_ties([Candidate("a", 1.0, None, None, "d", False),
+    ...            Candidate("b", 1.02, None, None, "d", False),
+    ...            Candidate("c", 1.5, None, None, "d", False)])
+    ['b']
+    """
+    if not ranked:
+        return []
+    best = ranked[0].predicted_ms
+    return [c.backend_id for c in ranked[1:] if c.predicted_ms <= best * (1 + tol)]
 
 
 def regret(pick: str, measured: Mapping[str, float]) -> float:

@@ -48,3 +48,15 @@ def test_probes_cover_every_class_with_real_work():
 def test_regret_is_the_time_lost_against_the_fastest():
     assert regret("a", {"a": 1.0, "b": 2.0}) == 0.0
     assert regret("b", {"a": 1.0, "b": 1.5, "c": float("nan")}) == pytest.approx(0.5)
+
+
+def test_near_ties_are_the_backends_predicted_within_the_tolerance_of_the_pick():
+    from nnmeter.selection import NEAR_TIE, Candidate, near_ties
+
+    def c(b, ms):
+        return Candidate(b, ms, None, None, "dev", False)
+
+    ranked = [c("a", 10.0), c("b", 10.0 * (1 + NEAR_TIE) - 1e-9), c("c", 10.4), c("d", 20.0)]
+    assert near_ties(ranked) == ["b"]
+    assert near_ties(ranked, tol=0.05) == ["b", "c"]
+    assert near_ties(ranked[:1]) == [] and near_ties([]) == []

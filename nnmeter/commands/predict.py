@@ -265,12 +265,13 @@ def _build(args: argparse.Namespace) -> int:
 
 def _cmd_select(args: argparse.Namespace) -> int:
     from nnmeter.predictors import available_predictors
-    from nnmeter.selection import rank_backends, regret
+    from nnmeter.selection import NEAR_TIE, near_ties, rank_backends, regret
 
     graph = _load(args)
     ids = [b.strip() for b in args.backends.split(",")] if args.backends else \
         available_predictors()
-    results = [c.as_dict() for c in rank_backends(graph, ids, device=args.device)]
+    ranked = rank_backends(graph, ids, device=args.device)
+    results = [c.as_dict() for c in ranked]
     if args.measure:
         for row in results:
             m, row["measured_model"] = _measure(args, graph, row["backend_id"])
@@ -278,7 +279,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
             row["measured_spread"] = m.spread
             row["warnings"] = m.quality_warnings()
     out: dict[str, Any] = {"model": graph.name, "ranking": results,
-                           "predicted_best": results[0]["backend_id"] if results else None}
+                           "predicted_best": results[0]["backend_id"] if results else None,
+                           "near_ties": near_ties(ranked), "near_tie_tolerance": NEAR_TIE}
     if args.measure and results:
         measured = {r["backend_id"]: r["measured_ms"] for r in results}
         best = min(results, key=lambda r: r["measured_ms"])
@@ -307,6 +309,10 @@ def _cmd_select(args: argparse.Namespace) -> int:
                           ([round(r["measured_ms"], 3)] if args.measure else [])
                           for i, r in enumerate(results)])
     print(f"\npredicted fastest: {out['predicted_best']}")
+    if out["near_ties"]:
+        print(f"near tie: {', '.join(out['near_ties'])} predicted within "
+              f"{100 * NEAR_TIE:.0f} % of it; on a busy or small machine the measured "
+              f"winner among them can change from run to run (--measure checks)")
     if args.measure:
         print(f"measured fastest:  {out['measured_best']} (the pick is "
               f"{'right' if out['pick_right'] else 'wrong'}; regret "

@@ -89,6 +89,9 @@ def test_select_backend_ranks(fake_env, capsys):
     ms = [r["predicted_ms"] for r in out["ranking"]]
     assert ms == sorted(ms) and out["predicted_best"] == out["ranking"][0]["backend_id"]
     assert all("interval_ms" in r and "device" in r for r in out["ranking"])
+    best = ms[0]
+    assert out["near_ties"] == [r["backend_id"] for r in out["ranking"][1:]
+                                if r["predicted_ms"] <= best * (1 + out["near_tie_tolerance"])]
 
 
 def test_select_backend_measure_scores_the_pick_and_its_regret(fake_env, capsys, monkeypatch):
