@@ -5,9 +5,13 @@ Usage:
     python experiments/backend_selection.py choose   # the selection set, from the pilot
     python experiments/backend_selection.py measure  # truth: the set, 2 fresh passes
     python experiments/backend_selection.py report [--json F]
+    python experiments/backend_selection.py pool|choose|measure|report --threads 1,2
 
 Steps write under ``datasets/models/selection@<device>/`` (one device per folder) and
-resume where they stopped: every measurement is appended as it is made.
+resume where they stopped: every measurement is appended as it is made. ``--threads 1,2``
+adds each f32 backend at two threads (``ort-cpu-t2``, ...) as candidates: its pilot rows
+join the pilot, its set and truth are files of their own (``set_threads1-2.json``,
+``truth_threads1-2.jsonl``): a run of its own in which every candidate is measured.
 
 - **pool**: zoo variants of seed 3000 (a seed no other set uses): ``--per-family`` per
   family (NASBench-201 cells twice as many; none over :data:`MAX_PARAMS` parameters),
@@ -180,13 +184,41 @@ def _table(rows: list[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def _threads(args: argparse.Namespace) -> tuple[int, ...]:
+    try:
+        out = tuple(sorted({int(t) for t in str(args.threads).split(",")}))
+    except ValueError:
+        raise SystemExit(f"--threads {args.threads}: thread counts separated by commas, "
+                         "e.g. 1,2") from None
+    if not out or out[0] < 1:
+        raise SystemExit(f"--threads {args.threads}: thread counts are 1 or more")
+    return out
+
+
+def _with_threads(backends, threads: tuple[int, ...]) -> tuple[str, ...]:
+    """Each backend at each thread count (``ort-cpu``, ``ort-cpu-t2``, ...)."""
+    return tuple(b if t == 1 else f"{b}-t{t}" for t in threads for b in backends)
+
+
+def _measured(threads: tuple[int, ...]) -> tuple[str, ...]:
+    """What a run measures: every backend at one thread, the f32 ones at the others
+    too (OpenVINO's bf16 is measured beside, never a candidate)."""
+    return BACKENDS + tuple(b for b in _with_threads(F32, threads) if b not in BACKENDS)
+
+
+def _suffix(threads: tuple[int, ...]) -> str:
+    """The files of a run over thread counts: ``truth.jsonl`` for one thread,
+    ``truth_threads1-2.jsonl`` for 1 and 2."""
+    return "" if threads == (1,) else "_threads" + "-".join(map(str, threads))
+
+
 def _candidates(args: argparse.Namespace) -> tuple[str, ...]:
     cands = tuple(b.strip() for b in args.candidates.split(",")) if args.candidates else F32
     unknown = [b for b in cands if b not in BACKENDS]
     if unknown:
         raise SystemExit(f"--candidates: {', '.join(unknown)} not measured here; the "
                          f"measured backends are {', '.join(BACKENDS)}")
-    return cands
+    return _with_threads(cands, _threads(args))
 
 
 def pool(args: argparse.Namespace) -> None:
@@ -194,7 +226,8 @@ def pool(args: argparse.Namespace) -> None:
     d.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    _measure_models(_pool(args.per_family), BACKENDS, 1, d / "pilot.jsonl", cache, "pilot")
+    _measure_models(_pool(args.per_family), _measured(_threads(args)), 1, d / "pilot.jsonl",
+                    cache, "pilot")
 
 
 def choose(args: argparse.Namespace) -> None:
@@ -223,7 +256,7 @@ def choose(args: argparse.Namespace) -> None:
            "pilot_counts": {b: sum(1 for w in winners.values() if w == b) for b in cands},
            "set_counts": {b: sum(1 for w in chosen.values() if w == b) for b in cands},
            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    (d / "set.json").write_text(json.dumps(rec, indent=1))
+    (d / f"set{_suffix(_threads(args))}.json").write_text(json.dumps(rec, indent=1))
     print(f"pilot winners {rec['pilot_counts']}; set of {len(chosen)}: {rec['set_counts']}")
 
 
@@ -232,25 +265,32 @@ def measure(args: argparse.Namespace) -> None:
     from nnmeter.selection import measure_rates
 
     d = _dir(args.device)
-    rec = json.loads((d / "set.json").read_text())
+    threads = _threads(args)
+    sfx = _suffix(threads)
+    measured = _measured(threads)
+    rec = json.loads((d / f"set{sfx}.json").read_text())
     names = set(rec["chosen"])
     variants = [v for v in _pool(args.per_family) if v.name in names]
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    _measure_models(variants, BACKENDS, args.passes, d / "truth.jsonl", cache, "truth")
+    _measure_models(variants, measured, args.passes, d / f"truth{sfx}.jsonl", cache, "truth")
     if args.real:
         items = [(n, fam, (lambda b, f=f: f)) for n, fam, f in _real_items(args.real_dir)]
-        _measure_items(items, _onnx_backends(BACKENDS), args.passes,
-                       d / "real_truth.jsonl", "real set")
+        _measure_items(items, _onnx_backends(measured), args.passes,
+                       d / f"real_truth{sfx}.jsonl", "real set")
+    # the analytic baselines' FLOPS per backend (a backend measured before keeps its
+    # rates: they are the baseline's own probes, not truth)
     rates_path = d / "rates.json"
-    if not rates_path.exists():
-        rates = {}
-        for b in BACKENDS:
-            with Profiler(b) as prof:
-                rates[b] = measure_rates(b, prof)
-        rates_path.write_text(json.dumps({"rates_flops_per_ms": rates,
-                                          "measured": time.strftime("%Y-%m-%dT%H:%M:%S")},
-                                         indent=1))
+    rec_rates = json.loads(rates_path.read_text()) if rates_path.exists() else {
+        "rates_flops_per_ms": {}}
+    missing = [b for b in measured if b not in rec_rates["rates_flops_per_ms"]]
+    for b in missing:
+        with Profiler(b) as prof:
+            rec_rates["rates_flops_per_ms"][b] = measure_rates(b, prof)
+    if missing:
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        rec_rates.setdefault("measured_per_backend", {}).update({b: now for b in missing})
+        rates_path.write_text(json.dumps(rec_rates, indent=1))
 
 
 def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
@@ -355,10 +395,13 @@ def report(args: argparse.Namespace) -> None:
     from nnmeter import zoo
 
     d = _dir(args.device)
-    rec = json.loads((d / "set.json").read_text())
+    threads = _threads(args)
+    sfx = _suffix(threads)
+    measured = _measured(threads)
+    rec = json.loads((d / f"set{sfx}.json").read_text())
     cands = tuple(rec["candidates"])
-    others = tuple(b for b in BACKENDS if b not in cands)
-    truth_rows = _read(d / "truth.jsonl")
+    others = tuple(b for b in measured if b not in cands)
+    truth_rows = _read(d / f"truth{sfx}.jsonl")
     full = _table(truth_rows)
     models = [m for m in rec["chosen"] if m in full and all(b in full[m] for b in cands)]
     rates = json.loads((d / "rates.json").read_text())["rates_flops_per_ms"]
@@ -386,8 +429,9 @@ def report(args: argparse.Namespace) -> None:
                  **zoo_part}
     lines = [f"backend selection on {out['device']}, truth: {out['truth']}",
              *_part_lines("zoo set (seed 3000)", zoo_part)]
-    real_path = d / "real_truth.jsonl"
+    real_path = d / f"real_truth{sfx}.jsonl"
     if args.real and real_path.exists():
+        from nnmeter.errors import NNMeterError
         from nnmeter.frontends import load_model
 
         real_rows = _read(real_path)
@@ -395,20 +439,29 @@ def report(args: argparse.Namespace) -> None:
         rfull = _table(real_rows)
         files = {n: f for n, _, f in _real_items(args.real_dir)}
         rmodels = [m for m in sorted(rfull) if m in files and all(b in rfull[m] for b in rcands)]
-        rgraphs = {m: load_model(files[m]) for m in rmodels}
+        rgraphs, unreadable = {}, {}
+        for m in rmodels:
+            try:
+                rgraphs[m] = load_model(files[m])
+            except NNMeterError as err:  # a model nnmeter cannot read is no pick at all
+                unreadable[m] = str(err).split(";")[0]
+        rmodels = [m for m in rmodels if m in rgraphs]
         lines_fit = {b: flops_line(b, None) for b in rcands}
         mf = most_frequent(rcands)
         real_part = _score_part(rmodels, rgraphs, real_rows, rcands,
-                                tuple(b for b in _onnx_backends(BACKENDS) if b not in rcands), {
+                                tuple(b for b in _onnx_backends(measured) if b not in rcands), {
             "flops_lines": {m: min(rcands, key=lambda b: np.polyval(
                 lines_fit[b], rgraphs[m].cost().flops)) for m in rmodels},
             "most_frequent": {m: mf for m in rmodels}}, rates)
-        real_part["failed"] = sorted(set(rfull) - set(rmodels))
+        real_part["failed"] = sorted(set(rfull) - set(rmodels) - set(unreadable))
+        real_part["unreadable"] = unreadable
         out["real"] = real_part
         lines += ["", *_part_lines("real-architecture set (ONNX; held out, never in the "
                                    "pilot)", real_part)]
         if real_part["failed"]:
             lines.append(f"  not measured on every candidate: {', '.join(real_part['failed'])}")
+        for m, why in unreadable.items():
+            lines.append(f"  not scored, nnmeter cannot read it: {m} ({why})")
     text = "\n".join(lines)
     print(text)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -426,6 +479,10 @@ def main() -> None:
                     help="the backends to choose among (default: the f32 ones, "
                          + ",".join(F32) + ")")
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--threads", default="1", metavar="N1,N2",
+                    help="thread counts: each f32 backend at each is a candidate (default 1; "
+                         "1,2 makes a run of its own: set_threads1-2.json, "
+                         "truth_threads1-2.jsonl, ...)"),
     ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                     help="measure and score the real-architecture set's ONNX models too "
                          "(default: yes)")

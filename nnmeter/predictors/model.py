@@ -385,9 +385,24 @@ class LatencyPredictor:
         ktype_name = self.regressor_type(ktype_name)
         if f"type:{ktype_name}" in self.regressors:
             return f"type:{ktype_name}"
-        if family and f"family:{family}" in self.regressors:
+        if family and f"family:{family}" in self.regressors \
+                and self._takes(f"family:{family}", ktype_name):
             return f"family:{family}"
         return FALLBACK_KEY
+
+    def _takes(self, key: str, ktype_name: str) -> bool:
+        """Whether regressor ``key`` reads the model input of ``ktype_name``: a family's
+        regressor is fitted on its members of one feature layout (``mul``), and a type
+        of the family with no data here may have another (``mul-add-relu``, a
+        squeeze-excite gate with its residual add): that type goes to the fallback."""
+        from nnmeter.kernels import KERNEL_TYPES
+
+        width = getattr(self.regressors[key], "n_features_in_", None)
+        kt = KERNEL_TYPES.get(ktype_name)
+        if width is None or kt is None:
+            return True
+        names = kt.feature_names
+        return model_input(names, np.zeros(len(names))).shape[-1] == width
 
     def _features(self, kernel: Any) -> tuple[Any, ...]:
         """(regressor input, fallback input, raw kernel features, weights (parameters;

@@ -279,3 +279,16 @@ def test_the_memo_returns_one_predictor_until_its_files_change(root, rules_env):
     later = time.time() + 5
     os.utime(rules, (later, later))  # the rules file changed
     assert load_predictor("ort-cpu", root=root) is not first
+
+
+def test_a_family_regressor_of_another_feature_layout_is_not_used():
+    """``mul-add-relu`` (an SE gate with its residual add; 23 model inputs) has no data
+    on a backend whose ``mul`` family regressor was fitted on plain ``mul`` (11): the
+    fallback estimates it instead of a shape error (seresnet18 on openvino-cpu-f32)."""
+    class _Reg:
+        def __init__(self, width):
+            self.n_features_in_ = width
+
+    pred = LatencyPredictor("ort-cpu", RULES, {"family:mul": _Reg(11), "fallback": _Reg(4)})
+    assert pred._estimator_key("mul", "mul") == "family:mul"
+    assert pred._estimator_key("mul-add-relu", "mul") == "fallback"
