@@ -138,6 +138,36 @@ def measure(args: argparse.Namespace) -> None:
                     n_new += 1
 
 
+def measure_in_children(args: argparse.Namespace, every: int) -> None:
+    """``measure`` in a chain of child processes of ``every`` new measurements each:
+    a process that converted many models to .tflite holds their memory until it exits
+    (and was killed for it after 186 rows of a zoo set). Each child appends to the set
+    and the next resumes it; a child that ends (or is killed) without a new row stops
+    the chain, with its exit status."""
+    import subprocess
+
+    argv = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:], "--limit",
+            str(every)]
+    chunk = 0
+    while True:
+        before = len(_rows(args.backend, args.seed, args.device))
+        chunk += 1
+        print(f"[child {chunk}] up to {every} new measurements ({before} rows so far)",
+              flush=True)
+        rc = subprocess.run(argv).returncode
+        after = len(_rows(args.backend, args.seed, args.device))
+        if after == before:
+            if rc != 0:
+                raise SystemExit(f"error: a measuring child exited with status {rc} before "
+                                 f"its first measurement; {after} rows are kept in "
+                                 f"{_path(args.backend, args.seed, args.device)}")
+            print(f"done: {after} rows", flush=True)
+            return
+        if rc != 0:
+            print(f"[child {chunk}] exited with status {rc} after {after - before} new rows "
+                  "(kept); resuming in a new process", flush=True)
+
+
 #: measurements of one variant further apart than this belong to different sessions
 SESSION_GAP_S = 1800
 
@@ -421,6 +451,10 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None,
                     help="stop after this many new measurements (run again to resume): the "
                          ".tflite converter does not give back the memory of large models")
+    ap.add_argument("--restart-every", type=int, default=None, metavar="N",
+                    help="measure in child processes of N new measurements each, until the "
+                         "set is done (default: 25 on LiteRT, whose .tflite converter keeps "
+                         "the memory of every model it converted; 0: one process)")
     ap.add_argument("--max-params", type=float, default=None,
                     help="skip (and record) variants with more parameters: the .tflite "
                          "converter needed over 24 GiB for a 466 M-parameter ResNet")
@@ -469,6 +503,11 @@ def main() -> None:
     args.json = args.json or f"experiments/results/model_accuracy_{args.backend}.json"
     if args.step == "report":
         report(args)
+        return
+    every = args.restart_every if args.restart_every is not None else \
+        (25 if args.backend.startswith("litert") else 0)
+    if every > 0 and args.limit is None and args.runner == "local":
+        measure_in_children(args, every)
         return
     # through a farm runner (--runner ray|ssh|adb) the set is the remote device's
     with use_runner(runner_from_args(args)):

@@ -91,6 +91,50 @@ def test_model_accuracy_records_its_figures_where_nnmeter_devices_reads_them(tmp
     assert "transformers seed 5000" in _accuracy(tmp_path)
 
 
+def _model_accuracy_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("model_accuracy",
+                                                  ROOT / "experiments" / "model_accuracy.py")
+    ma = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ma)
+    return ma
+
+
+def test_model_accuracy_measures_litert_in_a_chain_of_child_processes(monkeypatch, capsys):
+    """Each child measures up to N models and exits (the .tflite converter's memory goes
+    with it); a child killed after some rows is followed by another; the chain stops at
+    the first child without a new row, and is an error if that child failed."""
+    import argparse
+
+    ma = _model_accuracy_module()
+    rows: list[int] = []
+    # rows each child adds and its exit status: a full chunk, one killed for memory
+    # after two rows, the last few, then nothing left
+    script = [(3, 0), (2, -9), (1, 0), (0, 0)]
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        new, rc = script[len(calls) - 1]
+        rows.extend([0] * new)
+        return subprocess.CompletedProcess(argv, rc)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(ma, "_rows", lambda backend, seed, device: list(rows))
+    monkeypatch.setattr(sys, "argv", ["model_accuracy.py", "measure", "-b", "litert-cpu"])
+    args = argparse.Namespace(backend="litert-cpu", seed=11000, device=None)
+    ma.measure_in_children(args, 3)
+    assert len(calls) == 4 and len(rows) == 6
+    assert all(c[-2:] == ["--limit", "3"] and "measure" in c for c in calls)
+    assert "status -9 after 2 new rows" in capsys.readouterr().out
+    rows.clear()
+    calls.clear()
+    script[:] = [(0, 1)]
+    with pytest.raises(SystemExit, match="status 1 before its first measurement"):
+        ma.measure_in_children(args, 3)
+
+
 def _benchmark(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), *argv],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
