@@ -260,15 +260,24 @@ def choose(args: argparse.Namespace) -> None:
     print(f"pilot winners {rec['pilot_counts']}; set of {len(chosen)}: {rec['set_counts']}")
 
 
+def _run(args: argparse.Namespace) -> tuple[Path, tuple[int, ...], str, tuple[str, ...], dict]:
+    """The run ``args`` name: its folder, thread counts, file suffix, the backends it
+    measures and its set (``choose``'s record)."""
+    d = _dir(args.device)
+    threads = _threads(args)
+    sfx = _suffix(threads)
+    path = d / f"set{sfx}.json"
+    if not path.exists():
+        raise SystemExit(f"error: no selection set {path}; run 'pool' and 'choose'"
+                         + (f" with --threads {args.threads}" if sfx else "") + " first")
+    return d, threads, sfx, _measured(threads), json.loads(path.read_text())
+
+
 def measure(args: argparse.Namespace) -> None:
     from nnmeter.backends import Profiler
     from nnmeter.selection import measure_rates
 
-    d = _dir(args.device)
-    threads = _threads(args)
-    sfx = _suffix(threads)
-    measured = _measured(threads)
-    rec = json.loads((d / f"set{sfx}.json").read_text())
+    d, threads, sfx, measured, rec = _run(args)
     names = set(rec["chosen"])
     variants = [v for v in _pool(args.per_family) if v.name in names]
     cache = Path(args.cache)
@@ -394,11 +403,7 @@ def report(args: argparse.Namespace) -> None:
 
     from nnmeter import zoo
 
-    d = _dir(args.device)
-    threads = _threads(args)
-    sfx = _suffix(threads)
-    measured = _measured(threads)
-    rec = json.loads((d / f"set{sfx}.json").read_text())
+    d, threads, sfx, measured, rec = _run(args)
     cands = tuple(rec["candidates"])
     others = tuple(b for b in measured if b not in cands)
     truth_rows = _read(d / f"truth{sfx}.jsonl")
@@ -427,7 +432,8 @@ def report(args: argparse.Namespace) -> None:
         "most_frequent": {m: rec["pilot_most_frequent"] for m in models}}, rates)
     out: dict = {"device": d.name.split("@", 1)[1], "truth": "fastest of the passes of one run",
                  **zoo_part}
-    lines = [f"backend selection on {out['device']}, truth: {out['truth']}",
+    lines = [f"backend selection on {out['device']} (written {time.strftime('%Y-%m-%d %H:%M')}), "
+             f"thread counts {','.join(map(str, threads))}, truth: {out['truth']}",
              *_part_lines("zoo set (seed 3000)", zoo_part)]
     real_path = d / f"real_truth{sfx}.jsonl"
     if args.real and real_path.exists():
@@ -464,6 +470,7 @@ def report(args: argparse.Namespace) -> None:
             lines.append(f"  not scored, nnmeter cannot read it: {m} ({why})")
     text = "\n".join(lines)
     print(text)
+    args.json = args.json or f"experiments/results/backend_selection_{out['device']}{sfx}.json"
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     Path(args.json).with_suffix(".txt").write_text(text + "\n")
@@ -490,7 +497,9 @@ def main() -> None:
                     help="the real set's folder (default: real_set.py's)")
     ap.add_argument("--cache", default="/tmp/nnmeter-selection-models",
                     help="where exported models are kept between steps")
-    ap.add_argument("--json", default="experiments/results/backend_selection.json")
+    ap.add_argument("--json", default=None,
+                    help="report: where to write (default: experiments/results/"
+                         "backend_selection_<device>[_threads1-2].json, and .txt beside)")
     args = ap.parse_args()
     {"pool": pool, "choose": choose, "measure": measure, "report": report}[args.step](args)
 

@@ -8,7 +8,7 @@ Usage:
       datasets/kernels/<backend>@<device>/boundary.json and prints the fit.
   taskset -c 0 python experiments/boundary_calibration.py --backend openvino-cpu --evaluate
       no measurement: trains the predictor with and without the boundary removal and
-      re-predicts the base models of experiments/results/backend_selection.json against
+      re-predicts the base models of experiments/results/backend_selection_measured.json (round 1) against
       the latencies measured there (the other backends keep their stored predictions).
   taskset -c 0 python experiments/boundary_calibration.py --backend openvino-cpu --cv
       no measurement: kernel-level cross-validated accuracy with and without it.
@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--cv", action="store_true",
                     help="no measurement: kernel-level CV accuracy before/after")
     ap.add_argument("--selection", type=Path,
-                    default=ROOT / "experiments/results/backend_selection.json")
+                    default=ROOT / "experiments/results/backend_selection_measured.json")
     args = ap.parse_args()
     if args.evaluate:
         evaluate(args.backend, args.selection)

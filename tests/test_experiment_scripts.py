@@ -178,3 +178,38 @@ def test_gcn_paper_check_says_which_set_to_measure_when_it_has_none(tmp_path):
                          capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert out.returncode == 1
     assert "seed12345.jsonl" in out.stderr and "measure" in out.stderr
+
+
+def _backend_selection_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "backend_selection", ROOT / "experiments" / "backend_selection.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_backend_selection_over_thread_counts_is_a_run_of_its_own(tmp_path, monkeypatch):
+    """--threads 1,2: every f32 backend at each count is a candidate, OpenVINO's bf16 is
+    measured beside at one thread only, the files carry the counts, and a run without
+    its set says which step makes it."""
+    import argparse
+
+    bs = _backend_selection_module()
+    ns = argparse.Namespace(threads="2,1", candidates=None, device="dev")
+    assert bs._threads(ns) == (1, 2)
+    cands = bs._candidates(ns)
+    assert cands[:len(bs.F32)] == bs.F32 and cands[len(bs.F32):] == tuple(
+        f"{b}-t2" for b in bs.F32)
+    measured = bs._measured((1, 2))
+    assert "openvino-cpu" in measured and "openvino-cpu-t2" not in measured
+    assert set(cands) <= set(measured)
+    assert "litert-cpu-t2" not in bs._onnx_backends(measured)
+    assert bs._suffix((1,)) == "" and bs._suffix((1, 2)) == "_threads1-2"
+    for bad in ("two", "0,1"):
+        with pytest.raises(SystemExit, match="--threads"):
+            bs._threads(argparse.Namespace(threads=bad))
+    monkeypatch.setattr(bs, "_dir", lambda device: tmp_path)
+    with pytest.raises(SystemExit, match="'choose' with --threads 2,1 first"):
+        bs._run(ns)
