@@ -212,6 +212,12 @@ def _suffix(threads: tuple[int, ...]) -> str:
     return "" if threads == (1,) else "_threads" + "-".join(map(str, threads))
 
 
+def _winners(table: dict[str, dict[str, list[float]]], cands) -> dict[str, str]:
+    """Model → its fastest candidate, over the models measured on every candidate."""
+    return {m: min(cands, key=lambda b: min(bs[b])) for m, bs in table.items()
+            if all(b in bs for b in cands)}
+
+
 def _candidates(args: argparse.Namespace) -> tuple[str, ...]:
     cands = tuple(b.strip() for b in args.candidates.split(",")) if args.candidates else F32
     unknown = [b for b in cands if b not in BACKENDS]
@@ -235,8 +241,7 @@ def choose(args: argparse.Namespace) -> None:
     cands = _candidates(args)
     t = {m: {b: v for b, v in bs.items() if b in cands}
          for m, bs in _table(_read(d / "pilot.jsonl")).items()}
-    winners = {m: min(bs, key=lambda b: min(bs[b])) for m, bs in t.items()
-               if all(b in bs for b in cands)}
+    winners = _winners(t, cands)
     chosen = dict(winners)
     while True:
         counts = {b: sum(1 for w in chosen.values() if w == b) for b in cands}
@@ -422,8 +427,7 @@ def report(args: argparse.Namespace) -> None:
         return np.polyfit([float(pool_flops[m]) for m in ms], [min(pilot[m][b]) for m in ms], 1)
 
     def most_frequent(cs: tuple[str, ...]) -> str:
-        wins = [min((b for b in cs if b in bs), key=lambda b: min(bs[b]))
-                for bs in pilot.values() if all(b in bs for b in cs)]
+        wins = list(_winners(pilot, cs).values())
         return max(cs, key=wins.count)
 
     zoo_part = _score_part(models, graphs, truth_rows, cands, others, {

@@ -299,6 +299,8 @@ class LatencyPredictor:
         self._device_check: tuple[bool, tuple[str, ...]] | None = None
         #: kernel type -> the type whose regressor predicts it (regressor_type)
         self._alias: dict[str, str] = {}
+        #: (regressor key, kernel type) -> whether that regressor reads the type (_takes)
+        self._takes_memo: dict[tuple[str, str], bool] = {}
         #: how :func:`~nnmeter.predictors.load_predictor` chose the data (a
         #: :class:`~nnmeter.devices.datasets.Resolution`), None when built from a folder
         self.resolution: Any = None
@@ -395,14 +397,17 @@ class LatencyPredictor:
         regressor is fitted on its members of one feature layout (``mul``), and a type
         of the family with no data here may have another (``mul-add-relu``, a
         squeeze-excite gate with its residual add): that type goes to the fallback."""
-        from nnmeter.kernels import KERNEL_TYPES
+        hit = self._takes_memo.get((key, ktype_name))
+        if hit is None:  # every prediction asks again; the regressors never change
+            from nnmeter.kernels import KERNEL_TYPES
 
-        width = getattr(self.regressors[key], "n_features_in_", None)
-        kt = KERNEL_TYPES.get(ktype_name)
-        if width is None or kt is None:
-            return True
-        names = kt.feature_names
-        return model_input(names, np.zeros(len(names))).shape[-1] == width
+            width = getattr(self.regressors[key], "n_features_in_", None)
+            kt = KERNEL_TYPES.get(ktype_name)
+            names = kt.feature_names if kt is not None else ()
+            hit = self._takes_memo[(key, ktype_name)] = (
+                width is None or kt is None
+                or model_input(names, np.zeros(len(names))).shape[-1] == width)
+        return hit
 
     def _features(self, kernel: Any) -> tuple[Any, ...]:
         """(regressor input, fallback input, raw kernel features, weights (parameters;
