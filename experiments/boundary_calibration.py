@@ -32,7 +32,7 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
 
     os.sched_setaffinity(0, {1})
     ds_dir = own_dataset_dir(backend)  # measured here: this machine's dataset
-    record = measure_boundary(backend, ds_dir, per_family=per_family, runs=runs, core=1)
+    record = measure_boundary(backend, ds_dir, per_family=per_family, runs=runs)
     record["command"] = "flock /tmp/nnmeter-measure.lock python " + " ".join(
         shlex.quote(a) for a in sys.argv)
     path = write_boundary(ds_dir, record)

@@ -103,8 +103,8 @@ class Profiler:
     protocol : ProtocolSettings, optional
         Defaults for every job; per-call overrides go to :meth:`measure`.
     core : int or None or "auto"
-        Core to pin the worker to; ``"auto"`` picks :func:`default_core`, None does
-        not pin.
+        Core to pin the worker to; ``"auto"`` pins a one-thread backend to
+        :func:`default_core` and leaves an N-thread one unpinned, None does not pin.
     python : str
         Interpreter for the worker (default: this one).
 
@@ -112,6 +112,9 @@ class Profiler:
     ------
     UnknownNameError
         If ``backend_id`` names no registered backend (the message lists them).
+    ValueError
+        If ``core`` pins an N-thread backend to one core: its threads would take turns
+        on it, and every time measured would be of that, not of the backend.
     """
 
     #: True when the worker cannot read this machine's files: jobs carry the model's bytes
@@ -139,6 +142,10 @@ class Profiler:
         # cores it may use (pinning its threads to one core would time them taking turns)
         self.core = (default_core() if self.backend.threads <= 1 else None) \
             if core == "auto" else core
+        if isinstance(self.core, int) and self.backend.threads > 1:
+            raise ValueError(f"core={self.core} would pin {self.backend_id}'s "
+                             f"{self.backend.threads} threads to one core (they would take "
+                             f"turns on it); pass core='auto' or None")
         self.python = python or sys.executable
         self.device: DeviceInfo | None = None
         self.restarts = 0

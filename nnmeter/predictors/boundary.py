@@ -224,7 +224,7 @@ def planned_boundary_work(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 
 def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
-                     per_family: int = 10, runs: int = 15, core: int | None = 1,
+                     per_family: int = 10, runs: int = 15, core: int | str | None = "auto",
                      seed: int = 0, deadline: float | None = None,
                      progress: bool = False) -> dict[str, Any]:
     """Profile single-kernel models of the dataset on this device and fit their

@@ -201,7 +201,7 @@ def planned_in_model_work(backend_id: str, dataset_dir: str | os.PathLike) -> in
 
 
 def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
-                     core: int | None = 1, profiler: Any = None,
+                     core: int | str | None = "auto", profiler: Any = None,
                      deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
     """Measure the :func:`calibration_models` whole on this device.
 
@@ -271,7 +271,7 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 
 def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
-                      core: int | None = 1, profiler: Any = None,
+                      core: int | str | None = "auto", profiler: Any = None,
                       progress: bool = False) -> dict[str, Any]:
     """Measure every model of the dataset's in-model record once more, now, and keep
     each model's time as the fastest of its passes (interference on a shared machine

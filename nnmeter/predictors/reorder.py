@@ -196,7 +196,7 @@ def planned_reorder_work(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 
 def measure_reorders(backend_id: str, dataset_dir: str | os.PathLike, *, per_type: int = 12,
-                     runs: int = 15, core: int | None = 1, deadline: float | None = None,
+                     runs: int = 15, core: int | str | None = "auto", deadline: float | None = None,
                      progress: bool = False) -> dict[str, Any]:
     """Profile single-kernel models of the dataset and fit the reorder curve.
 

@@ -157,7 +157,7 @@ def _stored_point(point: Any) -> StreamPoint | None:
 
 
 def measure_weight_stream(backend_id: str, dataset_dir: str | os.PathLike, *,
-                          core: int | None = 1, profiler: Any = None,
+                          core: int | str | None = "auto", profiler: Any = None,
                           deadline: float | None = None,
                           progress: bool = False) -> dict[str, Any]:
     """Time the :data:`STREAM_SHAPES` fc kernels on this device and fit the rate.

@@ -71,3 +71,21 @@ def test_prepare_rejects_wrong_format_and_missing_file(tmp_path):
 def test_a_backend_without_recording_says_so_before_touching_the_file(tmp_path):
     with pytest.raises(NotImplementedError, match="openvino-cpu cannot record"):
         get_backend("openvino-cpu").prepare_recording(tmp_path / "never-read.onnx")
+
+
+def test_profiler_refuses_to_pin_a_multithread_backend_to_one_core():
+    # its two threads would take turns on the core: the calibrations of the first -t2
+    # datasets were measured that way (1.7x the one-thread time instead of 0.6x)
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors import in_model, reorder, weight_stream, boundary
+    import inspect
+
+    with pytest.raises(ValueError, match="ort-cpu-t2.*2 threads to one core"):
+        Profiler("ort-cpu-t2", core=1)
+    assert Profiler("ort-cpu-t2").core is None  # auto: unpinned, no worker started yet
+    assert Profiler("ort-cpu-t2", core=None).core is None
+    # every calibration measures with the automatic choice unless told otherwise
+    for fn in (in_model.measure_in_model, in_model.add_in_model_pass,
+               reorder.measure_reorders, weight_stream.measure_weight_stream,
+               boundary.measure_boundary):
+        assert inspect.signature(fn).parameters["core"].default == "auto", fn.__name__
