@@ -54,6 +54,7 @@ PosixPath('/tmp/block.tflite')
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import math
 import os
@@ -833,6 +834,19 @@ def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
         raise ExportError(f"representative_samples={representative_samples}; need at least 1")
     graph = _check(graph)
     tf = _tf()
+    try:
+        return _convert(tf, graph, path, quantize, seed, representative_samples)
+    finally:
+        # The traced function, its graph (the weights are constants in it) and the
+        # converter's copies sit in reference cycles: without a collection here they
+        # stay until the collector's next full pass, and a run exporting many models
+        # grew by gigabytes per AlexNet (8-17 GB RSS after 1-4 exports, 2-3.5 GB with
+        # this) until the kernel killed it for memory.
+        gc.collect()
+
+
+def _convert(tf: Any, graph: ModelGraph, path: str | os.PathLike[str], quantize: str | None,
+             seed: int, representative_samples: int) -> Path:
     model_fn, specs, inputs = _build_function(graph, seed)
     try:
         concrete = tf.function(model_fn, input_signature=specs,

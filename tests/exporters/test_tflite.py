@@ -353,3 +353,25 @@ def test_attention_exports_only_its_own_transposes(tmp_path):
     back = ctx.transpose(0, 2, 1).reshape(1, 8, 2, 3)
     np.testing.assert_allclose(out["probs"], p, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["out"], np.maximum(back + pooled, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.integration
+def test_an_export_leaves_no_traced_function_behind(tmp_path):
+    """The traced function and its graph (weights as constants) sit in reference cycles;
+    an export collects them before returning, or a long run grows by gigabytes."""
+    pytest.importorskip("tensorflow")
+    import gc
+
+    def traced() -> int:  # the traced graphs still held (collected or not)
+        return sum(1 for o in gc.get_objects() if type(o).__name__ == "FuncGraph")
+
+    g = ONE_OP["conv"]
+    export_tflite(g, tmp_path / "warm.tflite")  # TensorFlow's own one-time objects
+    gc.disable()  # as in a run whose collector is paused: the export must not rely on it
+    try:
+        before = traced()
+        for i in range(3):
+            export_tflite(g, tmp_path / f"m{i}.tflite")
+        assert traced() == before
+    finally:
+        gc.enable()
