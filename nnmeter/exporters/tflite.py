@@ -753,7 +753,55 @@ def _emit_node(tf: Any, node: Node, xs: list, held_in: list[tuple[int, ...]],
             for port, (y, m, h) in enumerate(zip(outs, made, held_out))]
 
 
-def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[Node]]:
+#: Weight arrays of at least this many elements enter the traced function as variables
+#: (the converter freezes them into the same constants); smaller ones as constants.
+VARIABLE_ELEMENTS = 16384
+
+
+class _WeightHolder:
+    """The ``tf`` module as the emitters see it, except that ``constant`` of a large
+    numpy array returns a variable made outside the trace and held in ``module``.
+
+    A large constant in the traced graph makes the converter slow and memory-hungry
+    (a 4096x8192 float matrix: 21 s and 4.8 GB peak as a constant; 4 s and 2.1 GB as a
+    variable; a 392 MB VGG-sized one needed 4.5 GB as a variable and more than the
+    machine's 24 GB in a whole model as constants). The written model is the same:
+    the converter freezes each variable into the constant it holds.
+    """
+
+    def __init__(self, tf: Any, module: Any) -> None:
+        self._tf = tf
+        self._module = module
+        self._module.weights = []
+        self._next = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tf, name)
+
+    def start_trace(self) -> None:
+        """TensorFlow may trace the function twice; the n-th large constant of a trace
+        is the n-th variable (a trace is deterministic), made on the first."""
+        self._next = 0
+
+    def constant(self, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(value, np.ndarray) and value.size >= VARIABLE_ELEMENTS \
+                and not args and not kwargs:
+            held = self._module.weights
+            if self._next < len(held):
+                var = held[self._next]
+                if tuple(var.shape) != value.shape:
+                    raise ExportError(f"a second trace asked for a {value.shape} weight "
+                                      f"where the first made {tuple(var.shape)}")
+            else:
+                with self._tf.init_scope():
+                    var = self._tf.Variable(value, trainable=False)
+                held.append(var)
+            self._next += 1
+            return var
+        return self._tf.constant(value, *args, **kwargs)
+
+
+def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[Node], Any]:
     tf = _tf()
     rng = np.random.default_rng(seed)
     nodes = graph.topological_nodes()
@@ -770,7 +818,11 @@ def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[
         for n in inputs
     ]
 
+    module = tf.Module()
+    tfw = _WeightHolder(tf, module)
+
     def model_fn(*args: Any) -> dict[str, Any]:
+        tfw.start_trace()
         values: dict[Ref, Any] = {Ref(n.name, 0): a for n, a in zip(inputs, args)}
         # A tensor converted once serves every op that needs it in that layout.
         converted: dict[tuple[Ref, tuple[int, ...]], Any] = {}
@@ -788,12 +840,12 @@ def _build_function(graph: ModelGraph, seed: int) -> tuple[Callable, list, list[
                 return converted[key]
 
             xs = [values[r] for r in node.inputs]
-            outs = _emit_node(tf, node, xs, held_in, held_out, weights[node.name], convert)
+            outs = _emit_node(tfw, node, xs, held_in, held_out, weights[node.name], convert)
             for port, y in enumerate(outs):
                 values[Ref(node.name, port)] = y
         return {_output_key(ref): values[ref] for ref in graph.outputs}
 
-    return model_fn, specs, inputs
+    return model_fn, specs, inputs, module
 
 
 def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
@@ -837,17 +889,17 @@ def export_tflite(graph: ModelGraph, path: str | os.PathLike[str], *,
     try:
         return _convert(tf, graph, path, quantize, seed, representative_samples)
     finally:
-        # The traced function, its graph (the weights are constants in it) and the
-        # converter's copies sit in reference cycles: without a collection here they
-        # stay until the collector's next full pass, and a run exporting many models
-        # grew by gigabytes per AlexNet (8-17 GB RSS after 1-4 exports, 2-3.5 GB with
-        # this) until the kernel killed it for memory.
+        # The traced function, its graph and the converter's copies of the weights sit
+        # in reference cycles: without a collection here they stay until the
+        # collector's next full pass, and a run exporting many models grew by gigabytes
+        # per AlexNet (8-17 GB RSS after 1-4 exports, 2-3.5 GB with this) until the
+        # kernel killed it for memory.
         gc.collect()
 
 
 def _convert(tf: Any, graph: ModelGraph, path: str | os.PathLike[str], quantize: str | None,
              seed: int, representative_samples: int) -> Path:
-    model_fn, specs, inputs = _build_function(graph, seed)
+    model_fn, specs, inputs, module = _build_function(graph, seed)
     try:
         concrete = tf.function(model_fn, input_signature=specs,
                                autograph=False).get_concrete_function()
@@ -857,7 +909,7 @@ def _convert(tf: Any, graph: ModelGraph, path: str | os.PathLike[str], quantize:
         raise ExportError(
             f"graph {graph.name!r}: TensorFlow could not trace the model: {err}"
         ) from err
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], tf.Module())
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
     if quantize == "int8":
         rng = np.random.default_rng(seed + 1)
 
