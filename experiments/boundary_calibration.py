@@ -30,8 +30,13 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
     from nnmeter.predictors.boundary import measure_boundary, write_boundary
     from nnmeter.devices.datasets import kernel_dataset_for, own_dataset_dir
 
-    os.sched_setaffinity(0, {1})
-    ds_dir = own_dataset_dir(backend)  # measured here: this machine's dataset
+    from nnmeter.backends import get_backend
+
+    # this machine's dataset, named before pinning (the cores a process may use are part
+    # of the device's identity)
+    ds_dir = own_dataset_dir(backend)
+    if get_backend(backend).threads <= 1:  # an N-thread backend's worker must not inherit it
+        os.sched_setaffinity(0, {1})
     record = measure_boundary(backend, ds_dir, per_family=per_family, runs=runs)
     record["command"] = "flock /tmp/nnmeter-measure.lock python " + " ".join(
         shlex.quote(a) for a in sys.argv)

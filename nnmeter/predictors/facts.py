@@ -26,6 +26,8 @@ Examples
 8
 >>> device_facts({"runtime": "openvino", "isa": ["avx2"]}).edge_conversions
 True
+>>> device_facts({"runtime": "mnn", "isa": ["avx2"]}).edge_conversions
+True
 >>> split_dataset_id("ort-cpu@epyc-zen4-avx512-2c")
 ('ort-cpu', 'epyc-zen4-avx512-2c')
 """
@@ -66,7 +68,9 @@ RUNTIME_FACTS: dict[str, dict[str, Any]] = {
     # OpenVINO's CPU plugin converts a plain fp32 input into its blocked bf16 layout
     # and back at every model's edges (``Reorder`` nodes)
     "openvino": {"edge_conversions": True},
-    "mnn": {},
+    # MNN converts a plain NCHW input into its NC4HW4 layout and back at a model's edges
+    # (``Raster`` nodes: 0.08 ms around a 0.18 ms 1x1 convolution of 64x64x16 -> 112)
+    "mnn": {"edge_conversions": True},
 }
 
 
