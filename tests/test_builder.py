@@ -159,7 +159,8 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     class OwnProfiler(FakeProfiler):  # what build_predictor opens when given none
         def __init__(self, backend_id):
             # the runtime the backend runs (its device facts decide the calibrations)
-            super().__init__(runtime={"openvino-cpu": "openvino", "mnn-cpu": "mnn"}[backend_id])
+            super().__init__(runtime={"openvino-cpu": "openvino", "mnn-cpu": "mnn",
+                                      "litert-cpu": "litert"}[backend_id])
 
     calls = []
 
@@ -192,18 +193,20 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
     monkeypatch.setattr(ChainTerm, "measure",
                         classmethod(lambda cls, b, d, before, **kw: fake_chain(b, d)))
-    for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu"):
+    for backend_id in ("openvino-cpu", "openvino-cpu", "mnn-cpu", "litert-cpu"):
         build_predictor(backend_id, dataset=backend_id, budget_minutes=1, root=tmp_path, rules=RULES,
                         prior_configs=PRIOR, progress=False, train=False,
                         max_samples_per_type=3, rounds=0, calibrate_in_model=False)
-    assert calls == ["openvino-cpu"]  # once per dataset, and only where it applies
+    # once per dataset, and only where the runtime converts at a model's edges
+    assert calls == ["openvino-cpu", "mnn-cpu"]
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
-    assert not (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
+    assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
+    assert not (kernel_dataset_dir("litert-cpu", tmp_path) / "boundary.json").exists()
     # the weight streaming rate: once per dataset, on every backend
-    assert streams == ["openvino-cpu", "mnn-cpu"]
+    assert streams == ["openvino-cpu", "mnn-cpu", "litert-cpu"]
     assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "weight_stream.json").exists()
     # the chain calibration: once per dataset, on every backend
-    assert chains == ["openvino-cpu", "mnn-cpu"]
+    assert chains == ["openvino-cpu", "mnn-cpu", "litert-cpu"]
     assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "chain_excess.json").exists()
 
 
