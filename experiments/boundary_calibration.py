@@ -6,6 +6,11 @@ Usage:
       --backend openvino-cpu [--per-family 10] [--runs 15]
       profiles single-kernel models (worker on core 1), writes
       datasets/kernels/<backend>@<device>/boundary.json and prints the fit.
+  flock /tmp/nnmeter-measure.lock python experiments/boundary_calibration.py \
+      --backend openvino-cpu-f32 --all-rows [--runs 10] [--minutes 20]
+      profiles every row's single-kernel model (resumable; appended to
+      datasets/kernels/<backend>@<device>/row_edges.jsonl as it goes): training then
+      removes each profiled row's own edges instead of the fit's.
   taskset -c 0 python experiments/boundary_calibration.py --backend openvino-cpu --evaluate
       no measurement: trains the predictor with and without the boundary removal and
       re-predicts the base models of experiments/results/backend_selection_measured.json (round 1) against
@@ -54,6 +59,22 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
     for fam, c in fit["families"].items():
         print(f"  {fam:8s} {c}")
     print("rms ms:", json.dumps(fit["rms_ms"], sort_keys=True))
+
+
+def profile_all_rows(backend: str, runs: int, minutes: float | None) -> None:
+    import time
+
+    from nnmeter.backends import get_backend
+    from nnmeter.devices.datasets import own_dataset_dir
+    from nnmeter.predictors.boundary import measure_row_edges
+
+    ds_dir = own_dataset_dir(backend)
+    if get_backend(backend).threads <= 1:
+        os.sched_setaffinity(0, {1})
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    out = measure_row_edges(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
+    print(f"{ds_dir.name}: {out['profiled']} rows profiled, {out['failed']} failed, "
+          f"{out['remaining']} left (run again to continue)")
 
 
 def _predictor(backend: str, with_boundary: bool):  # noqa: ANN202
@@ -150,7 +171,12 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="openvino-cpu")
     ap.add_argument("--per-family", type=int, default=10)
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=None,
+                    help="profiled inferences per model (default 15; 10 with --all-rows)")
+    ap.add_argument("--all-rows", action="store_true",
+                    help="profile every row's single-kernel model (row_edges.jsonl)")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="with --all-rows: stop after this long (the next run continues)")
     ap.add_argument("--evaluate", action="store_true",
                     help="no measurement: before/after predictions of the base models")
     ap.add_argument("--cv", action="store_true",
@@ -162,8 +188,10 @@ def main() -> None:
         evaluate(args.backend, args.selection)
     elif args.cv:
         cv_effect(args.backend)
+    elif args.all_rows:
+        profile_all_rows(args.backend, args.runs or 10, args.minutes)
     else:
-        calibrate(args.backend, args.per_family, args.runs)
+        calibrate(args.backend, args.per_family, args.runs or 15)
 
 
 if __name__ == "__main__":

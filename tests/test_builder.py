@@ -190,6 +190,9 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
 
     monkeypatch.setattr(backends, "Profiler", OwnProfiler)
     monkeypatch.setattr(boundary, "measure_boundary", fake_measure)
+    row_edges = []
+    monkeypatch.setattr(boundary, "measure_row_edges", lambda backend_id, d, **kw: (
+        row_edges.append(backend_id) or {"profiled": 0, "failed": 0, "remaining": 0}))
     monkeypatch.setattr(weight_stream, "measure_weight_stream", fake_stream)
     monkeypatch.setattr(ChainTerm, "measure",
                         classmethod(lambda cls, b, d, before, **kw: fake_chain(b, d)))
@@ -199,6 +202,9 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
                         max_samples_per_type=3, rounds=0, calibrate_in_model=False)
     # once per dataset, and only where the runtime converts at a model's edges
     assert calls == ["openvino-cpu", "mnn-cpu"]
+    # then every row's own edges, in what is left of the calibration's time, where
+    # training takes them (OpenVINO)
+    assert row_edges == ["openvino-cpu"]
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
     assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
     assert not (kernel_dataset_dir("litert-cpu", tmp_path) / "boundary.json").exists()

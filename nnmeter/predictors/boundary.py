@@ -46,7 +46,8 @@ import numpy as np
 
 from nnmeter.errors import DatasetError
 
-__all__ = ["BOUNDARY_FILE", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
+__all__ = ["BOUNDARY_FILE", "ROW_EDGES_FILE", "MIN_KERNEL_SHARE", "row_key", "read_row_edges",
+           "row_edge_shares", "measure_row_edges", "planned_row_edges", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
            "fit_boundary", "boundary_cost_ms", "measure_boundary", "planned_boundary_work",
            "write_boundary", "read_boundary", "remove_boundary", "select_calibration_rows"]
 
@@ -60,6 +61,12 @@ FLOOR_SHARE = 0.25
 #: ``Convert``, MNN ``Raster``); other uncovered nodes are the kernel itself whose
 #: origin the runtime did not report (OpenVINO's ``ShuffleChannels``)
 LAYOUT_OPS = frozenset({"Reorder", "Convert", "Raster"})
+
+#: per-dataset file of every row's own profiled edges (:func:`measure_row_edges`)
+ROW_EDGES_FILE = "row_edges.jsonl"
+
+#: a row's kernel share of its profiled single-kernel model is taken no lower than this
+MIN_KERNEL_SHARE = 0.05
 
 #: a family gets its own coefficients only when they cut its RMS error by this share
 _FAMILY_GAIN = 0.25
@@ -193,8 +200,13 @@ def select_calibration_rows(dataset: Any, *, per_family: int = 10,
     return out
 
 
+def row_key(kernel_type: str, config: dict[str, Any]) -> str:
+    """The key of a row (its kernel type and config as stored) in the points files."""
+    return json.dumps([kernel_type, config], sort_keys=True)
+
+
 def _row_key(kernel_type: str, row: dict[str, Any]) -> str:
-    return json.dumps([kernel_type, row["config"]], sort_keys=True)
+    return row_key(kernel_type, row["config"])
 
 
 def _stored_point(point: Any) -> BoundaryPoint | None:
@@ -207,6 +219,148 @@ def _stored_point(point: Any) -> BoundaryPoint | None:
                                 "boundary_node_ms": tuple(point["boundary_node_ms"])})
     except (KeyError, TypeError):
         return None
+
+
+def _profile_row(prof: Any, kernel_type: str, row: dict[str, Any], runs: int) -> BoundaryPoint:
+    """Profile one row's single-kernel model through ``prof`` (a Profiler): its
+    executed layout conversions that cover no original node (the boundary) and the
+    rest (the kernel)."""
+    from nnmeter.kernels import KERNEL_TYPES
+
+    kt = KERNEL_TYPES.get(kernel_type)
+    cfg = kt.config_from_dict(row["config"])
+    nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+    timed = [n for n in nodes if n.time_ms is not None]
+    edge = [n for n in timed if not n.covers and n.op_type in LAYOUT_OPS]
+    work = [n for n in timed if n not in edge]
+    n_in, n_out = boundary_elements(kt, cfg)
+    return BoundaryPoint(
+        kernel_type=kernel_type, family=kt.family or kernel_type, input_elements=n_in,
+        output_elements=n_out, boundary_ms=float(sum(n.time_ms for n in edge)),
+        kernel_ms=float(sum(n.time_ms for n in work)),
+        boundary_nodes=tuple(n.op_type for n in edge),
+        boundary_node_ms=tuple(float(n.time_ms) for n in edge),
+        measured_ms=float(row["latency_ms"]))
+
+
+def _row_edges_log(dataset: Any) -> Any:
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+
+    return CalibrationPoints.at(Path(dataset.directory) / ROW_EDGES_FILE,
+                                dataset.fingerprint_id, getattr(dataset, "fingerprint_ids", None))
+
+
+def read_row_edges(dataset: Any) -> dict[str, BoundaryPoint]:
+    """Row key (``json.dumps([kernel type, config])``) → the row's own profiled edges
+    (:func:`measure_row_edges`), for the rows that have one; {} without the file."""
+    out = {}
+    for key, point in _row_edges_log(dataset).load().items():
+        p = _stored_point(point)
+        if p is not None:
+            out[key] = p
+    return out
+
+
+def row_edge_shares(points: dict[str, BoundaryPoint], kernel_type: str,
+                    configs: list[dict[str, Any]]) -> np.ndarray:
+    """Per row, the kernel's share of its single-kernel model's profiled time,
+    ``kernel_ms / (kernel_ms + boundary_ms)`` (never below :data:`MIN_KERNEL_SHARE`),
+    from the row's own profile; NaN for a row without one, or whose profile timed
+    nothing.
+
+    >>> p = BoundaryPoint("conv", "conv", 10, 10, boundary_ms=3.0, kernel_ms=1.0)
+    >>> row_edge_shares({row_key("conv", {"h": 1}): p}, "conv", [{"h": 1}, {"h": 2}]).tolist()
+    [0.25, nan]
+    """
+    out = np.full(len(configs), np.nan)
+    for i, cfg in enumerate(configs):
+        p = points.get(row_key(kernel_type, cfg))
+        if p is not None and p.kernel_ms + p.boundary_ms > 0:
+            out[i] = max(p.kernel_ms / (p.kernel_ms + p.boundary_ms), MIN_KERNEL_SHARE)
+    return out
+
+
+def planned_row_edges(backend_id: str, dataset_dir: str | os.PathLike) -> int:
+    """Rows of the dataset in ``dataset_dir`` whose edges :func:`measure_row_edges` has
+    not profiled yet."""
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    return len(_rows_without_edges(ds, read_row_edges(ds)))
+
+
+def _rows_without_edges(ds: Any, done: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    from nnmeter.kernels import KERNEL_TYPES
+
+    out = []
+    for t in ds.kernel_types():
+        if t not in KERNEL_TYPES:
+            continue
+        for row in ds.rows(t):
+            lat = row.get("latency_ms")
+            if not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat <= 0:
+                continue
+            if _row_key(t, row) not in done:
+                out.append((t, row))
+    # one config measured twice is profiled once; the slowest rows first (their edges
+    # weigh most, and a deadline then leaves the cheapest rows to the fit)
+    unique = {_row_key(t, r): (t, r) for t, r in out}.values()
+    return sorted(unique, key=lambda tr: -tr[1]["latency_ms"])
+
+
+def measure_row_edges(backend_id: str, dataset_dir: str | os.PathLike, *, runs: int = 10,
+                      core: int | str | None = "auto", deadline: float | None = None,
+                      progress: bool = False) -> dict[str, int]:
+    """Profile the single-kernel model of every row of the dataset that has no profile
+    yet, appending each to ``<dataset_dir>/row_edges.jsonl`` as it goes (a stopped call
+    loses nothing; the next one continues).
+
+    The boundary fit (:func:`measure_boundary`) describes a family's edges by their
+    sizes; some configurations pay far more (OpenVINO converting a 256-channel 128x128
+    tensor into and out of its blocked layout takes 10 ms around a 1.5 ms depthwise
+    convolution). Training takes each profiled row's own share
+    (:func:`row_edge_shares`) instead of the fit.
+
+    Returns ``{"profiled", "failed", "remaining"}`` (``remaining``: rows left when
+    ``deadline``, a ``time.monotonic()`` time, passed).
+
+    Raises
+    ------
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    """
+    from tqdm import tqdm
+
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors.calibration_points import refuse_other_device
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    log = _row_edges_log(ds)
+    todo = _rows_without_edges(ds, log.load())
+    profiled = failed = 0
+    bar = tqdm(total=len(todo), unit="model", disable=not progress,
+               desc=f"profile the edges of every row ({backend_id})")
+    try:
+        with Profiler(backend_id, core=core) as prof:
+            refuse_other_device(ds, prof.backend.device_info().fingerprint_id)
+            for t, row in todo:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                try:
+                    point = _profile_row(prof, t, row, runs)
+                except Exception as err:  # one kernel the runtime rejects must not stop the rest
+                    logger.warning("could not profile %s %s: %s", t, row["config"], err)
+                    failed += 1
+                    continue
+                finally:
+                    bar.update(1)
+                log.append(_row_key(t, row), asdict(point))
+                profiled += 1
+    finally:
+        bar.close()
+    return {"profiled": profiled, "failed": failed,
+            "remaining": len(todo) - profiled - failed}
 
 
 def planned_boundary_work(backend_id: str, dataset_dir: str | os.PathLike, *,
@@ -250,7 +404,6 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
-    from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors.calibration_points import CalibrationPoints, mark_partial, \
         refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
@@ -281,27 +434,15 @@ def measure_boundary(backend_id: str, dataset_dir: str | os.PathLike, *,
                 if deadline is not None and time.monotonic() >= deadline and (points or stored):
                     missing += 1
                     continue
-                kt = KERNEL_TYPES.get(t)
-                cfg = kt.config_from_dict(row["config"])
                 try:
-                    nodes = prof.profile(kt.build_graph(cfg), runs=runs)
+                    point = _profile_row(prof, t, row, runs)
                 except Exception as err:  # one kernel the runtime rejects must not stop the rest
                     logger.warning("could not profile %s %s: %s", t, row["config"], err)
                     continue
                 finally:
                     bar.update(1)
-                timed = [n for n in nodes if n.time_ms is not None]
-                edge = [n for n in timed if not n.covers and n.op_type in LAYOUT_OPS]
-                work = [n for n in timed if n not in edge]
-                n_in, n_out = boundary_elements(kt, cfg)
-                points.append(BoundaryPoint(
-                    kernel_type=t, family=kt.family or t, input_elements=n_in,
-                    output_elements=n_out, boundary_ms=float(sum(n.time_ms for n in edge)),
-                    kernel_ms=float(sum(n.time_ms for n in work)),
-                    boundary_nodes=tuple(n.op_type for n in edge),
-                    boundary_node_ms=tuple(float(n.time_ms) for n in edge),
-                    measured_ms=float(row["latency_ms"])))
-                log.append(key, asdict(points[-1]))
+                points.append(point)
+                log.append(key, asdict(point))
         finally:
             bar.close()
     if not points:

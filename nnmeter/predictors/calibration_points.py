@@ -96,6 +96,14 @@ class CalibrationPoints:
         self.accepted = set(accepted or ()) | {fingerprint_id}
 
     @classmethod
+    def at(cls, path: str | os.PathLike, fingerprint_id: str | None,
+           accepted: Collection[str] | None = None) -> "CalibrationPoints":
+        """Points kept in the file ``path`` itself (a record of its own, never removed)."""
+        log = cls(Path(path).parent, "x.json", fingerprint_id, accepted)
+        log.path = Path(path)
+        return log
+
+    @classmethod
     def of(cls, dataset: Any, record_file: str) -> "CalibrationPoints":
         """The points file of ``record_file`` in ``dataset`` (a KernelDataset), with its
         fingerprint and that fingerprint's aliases."""

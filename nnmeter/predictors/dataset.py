@@ -66,9 +66,9 @@ class KernelDataset:
 
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
-    #: JSONL files of the dataset that are logs, not kernel rows (the last: the speed
-    #: reference's probes)
-    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE)
+    #: JSONL files of the dataset that are not kernel rows: logs, the speed reference's
+    #: probes, every row's profiled edges (nnmeter.predictors.boundary.ROW_EDGES_FILE)
+    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE, "row_edges.jsonl")
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)

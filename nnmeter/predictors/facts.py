@@ -61,15 +61,23 @@ _WEIGHTLESS = frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "
 
 #: runtime (``DeviceInfo.runtime``) → what it does to a model, whatever the CPU:
 #: ``blocked_layout`` (it runs convolutions in a channel-blocked layout whose block is
-#: the CPU's vector width), ``folded`` activations, ``merged`` types, ``edge_conversions``
+#: the CPU's vector width), ``folded`` activations, ``merged`` types, ``edge_conversions``,
+#: ``row_edges``
 RUNTIME_FACTS: dict[str, dict[str, Any]] = {
     "onnxruntime": {"blocked_layout": True, "folded": _ORT_FOLDED, "merged": _WEIGHTLESS},
     "litert": {"merged": _WEIGHTLESS},
     # OpenVINO's CPU plugin converts a plain fp32 input into its blocked bf16 layout
     # and back at every model's edges (``Reorder`` nodes)
-    "openvino": {"edge_conversions": True},
+    # and a single-kernel model's own edges can be ten times its kernel (a 256-channel
+    # 128x128 depthwise convolution: 1.5 ms of work, 10 ms of conversions), which no fit
+    # on sizes follows: training takes each row's own profiled edges (``row_edges``;
+    # development set seed 1000 on epyc-zen4-avx512-2c, openvino-cpu-f32: within ±10 %
+    # 48.1 -> 71.2 %, MAPE 18.2 -> 12.4 %)
+    "openvino": {"edge_conversions": True, "row_edges": True},
     # MNN converts a plain NCHW input into its NC4HW4 layout and back at a model's edges
     # (``Raster`` nodes: 0.08 ms around a 0.18 ms 1x1 convolution of 64x64x16 -> 112)
+    # (its rows' own profiles do not help there: mnn-cpu's development set, same
+    # device, ±10 % 75.0 -> 75.0 %, ±5 % 53.8 -> 46.2 %, MAPE 7.6 -> 8.1 %)
     "mnn": {"edge_conversions": True},
 }
 
@@ -90,6 +98,9 @@ class DeviceFacts:
         Weightless kernel types the runtime runs once per input tensor and attributes.
     edge_conversions : bool
         Single-kernel models pay layout/precision conversions at their edges.
+    row_edges : bool
+        Those edges are profiled row by row and each row loses its own in training
+        (:func:`nnmeter.predictors.boundary.measure_row_edges`), not the fit's.
     """
 
     layout_block: int = 0
@@ -97,6 +108,7 @@ class DeviceFacts:
     folded_activations: frozenset[str] = field(default_factory=frozenset)
     merged_types: frozenset[str] = field(default_factory=frozenset)
     edge_conversions: bool = False
+    row_edges: bool = False
 
 
 def _vector_floats(isa: Any) -> int:
@@ -145,7 +157,8 @@ def device_facts(device: Mapping[str, Any] | None) -> DeviceFacts:
     return DeviceFacts(layout_block=block, llc_bytes=llc,
                        folded_activations=frozenset(runtime.get("folded", ())),
                        merged_types=frozenset(runtime.get("merged", ())),
-                       edge_conversions=bool(runtime.get("edge_conversions", False)))
+                       edge_conversions=bool(runtime.get("edge_conversions", False)),
+                       row_edges=bool(runtime.get("row_edges", False)))
 
 
 #: ISA flags of ``/proc/cpuinfo`` that kernels dispatch on (x86 and ARM)

@@ -23,9 +23,12 @@ class KernelData:
     """Configs, features and latencies of one kernel type, loaded from a dataset."""
 
     def __init__(self, kernel_type: str, configs: list[Any], X: np.ndarray, y: np.ndarray,
-                 fb: np.ndarray, origins: list[str]) -> None:
+                 fb: np.ndarray, origins: list[str],
+                 stored: list[dict[str, Any]] | None = None) -> None:
         self.kernel_type = kernel_type
         self.configs = configs
+        #: each row's config as the dataset stores it (the key of its profiles)
+        self.stored = stored
         self.X = X
         self.y = y
         self.fb = fb
@@ -51,7 +54,8 @@ class KernelData:
         """The rows where ``mask`` is true."""
         idx = np.flatnonzero(mask)
         return KernelData(self.kernel_type, [self.configs[i] for i in idx], self.X[idx],
-                          self.y[idx], self.fb[idx], [self.origins[i] for i in idx])
+                          self.y[idx], self.fb[idx], [self.origins[i] for i in idx],
+                          None if self.stored is None else [self.stored[i] for i in idx])
 
 
 #: no single kernel measured here takes 100 s; a larger "latency" is a corrupt row
@@ -69,7 +73,7 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
         logger.warning("dataset %s has rows for unknown kernel type %r; skipped",
                        dataset.directory, kernel_type)
         return None
-    configs, X, y, fb, origins = [], [], [], [], []
+    configs, X, y, fb, origins, stored = [], [], [], [], [], []
     bad = 0
     for row in dataset.rows(kernel_type):
         lat = row.get("latency_ms")
@@ -90,12 +94,14 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
         fb.append(fallback_features(kt, cfg, feats))
         y.append(float(lat))
         origins.append(str(row.get("origin", "initial")))
+        stored.append(row["config"])
     if bad:
         logger.warning("%s: %d row(s) skipped, their latency_ms is not a number of "
                        "milliseconds in (0, %g)", dataset.path(kernel_type), bad, MAX_KERNEL_MS)
     if not y:
         return None
-    return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins)
+    return KernelData(kernel_type, configs, np.vstack(X), np.asarray(y), np.vstack(fb), origins,
+                      stored)
 
 
 def family_of(kernel_type: str) -> str:

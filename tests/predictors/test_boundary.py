@@ -217,3 +217,97 @@ def test_measure_boundary_refuses_another_device(tmp_path, monkeypatch):
     monkeypatch.setattr(nnmeter.backends, "Profiler", _FakeProfiler)
     with pytest.raises(FingerprintMismatchError, match="zzz999"):
         measure_boundary("openvino-cpu", ds.directory)
+
+
+def _relu_rows(ds, n, latency=0.1):
+    for c in range(1, n + 1):
+        ds.append("relu", {"config": {"h": 4 * c, "w": 8, "cin": 3 + c}, "latency_ms": latency})
+
+
+def test_measure_row_edges_profiles_every_row_once_and_resumes(tmp_path, monkeypatch):
+    import time
+
+    import nnmeter.backends
+    from nnmeter.predictors.boundary import (
+        ROW_EDGES_FILE, measure_row_edges, planned_row_edges, read_row_edges, row_key,
+    )
+
+    ds = _dataset(tmp_path)
+    _relu_rows(ds, 5)
+    ds.append("relu", {"config": {"h": 4, "w": 8, "cin": 4}, "latency_ms": 0.2})  # a repeat
+    ds.append("relu", {"config": {"h": 9, "w": 9, "cin": 9}, "latency_ms": None})  # failed
+    monkeypatch.setattr(nnmeter.backends, "Profiler", _FakeProfiler)
+    assert planned_row_edges("openvino-cpu", ds.directory) == 5
+    # a deadline already passed profiles nothing and loses nothing
+    out = measure_row_edges("openvino-cpu", ds.directory, deadline=time.monotonic() - 1)
+    assert out == {"profiled": 0, "failed": 0, "remaining": 5}
+    out = measure_row_edges("openvino-cpu", ds.directory)
+    assert out == {"profiled": 5, "failed": 0, "remaining": 0}
+    assert (ds.directory / ROW_EDGES_FILE).exists()
+    assert ROW_EDGES_FILE not in {p.name for p in ds.files()}  # not kernel rows
+    points = read_row_edges(ds)
+    p = points[row_key("relu", {"h": 4, "w": 8, "cin": 4})]
+    assert p.kernel_ms == pytest.approx(0.05) and p.boundary_nodes == ("Reorder", "Reorder")
+    assert p.boundary_ms == pytest.approx(2e-3 + 2e-6 * 4 * 8 * 4)
+    # everything profiled: a second call has nothing to do
+    assert planned_row_edges("openvino-cpu", ds.directory) == 0
+    assert measure_row_edges("openvino-cpu", ds.directory)["profiled"] == 0
+
+
+def test_measure_row_edges_refuses_another_device(tmp_path, monkeypatch):
+    import nnmeter.backends
+    from nnmeter.predictors.boundary import measure_row_edges
+
+    ds = _dataset(tmp_path, fid="zzz999")
+    _relu_rows(ds, 2)
+    monkeypatch.setattr(nnmeter.backends, "Profiler", _FakeProfiler)
+    with pytest.raises(FingerprintMismatchError, match="zzz999"):
+        measure_row_edges("openvino-cpu", ds.directory)
+    # and points of another device's file are not read back as this dataset's
+    other = _dataset(tmp_path / "o", fid="abc123")
+    _relu_rows(other, 2)
+    measure_row_edges("openvino-cpu", other.directory)
+    from nnmeter.predictors.boundary import ROW_EDGES_FILE, read_row_edges
+    (ds.directory / ROW_EDGES_FILE).write_bytes((other.directory / ROW_EDGES_FILE).read_bytes())
+    assert read_row_edges(ds) == {}
+
+
+def test_edges_term_takes_a_profiled_rows_own_share(tmp_path):
+    """A row with its own profile loses its measured edges (its kernel's share of the
+    profile), however far they are from the fit; a row without one loses the fit."""
+    from nnmeter.predictors.boundary import ROW_EDGES_FILE, row_key
+    from nnmeter.predictors.calibration_points import CalibrationPoints
+    from nnmeter.predictors.composition import FitContext
+    from nnmeter.predictors.facts import DeviceFacts
+    from nnmeter.predictors.kernel_data import load_kernel_data
+    from nnmeter.predictors.terms import EdgesTerm
+
+    ds = _dataset(tmp_path)
+    ds.append("relu", {"config": {"h": 4, "w": 4, "cin": 4}, "latency_ms": 1.0})
+    ds.append("relu", {"config": {"h": 8, "w": 4, "cin": 4}, "latency_ms": 1.0})
+    write_boundary(ds.directory, _record("abc123", [0.1, 0.0, 0.0]))
+    slow = BoundaryPoint("relu", "activation", 64, 64, boundary_ms=0.9, kernel_ms=0.1)
+    CalibrationPoints.at(ds.directory / ROW_EDGES_FILE, "abc123").append(
+        row_key("relu", {"h": 4, "w": 4, "cin": 4}), dict(vars(slow)))
+    data = {"relu": load_kernel_data(ds, "relu")}
+    term = EdgesTerm.fit(FitContext("openvino-cpu", ds, data, DeviceFacts(row_edges=True), None))
+    term.remove(data)
+    assert data["relu"].y.tolist() == pytest.approx([0.1, 0.9])
+    # a runtime whose rows' own profiles are not taken (MNN): the fit for every row
+    data = {"relu": load_kernel_data(ds, "relu")}
+    term = EdgesTerm.fit(FitContext("mnn-cpu", ds, data, DeviceFacts(), None))
+    term.remove(data)
+    assert data["relu"].y.tolist() == pytest.approx([0.9, 0.9])
+    # subsets keep each row's stored config, so held-out rows keep their profiles
+    assert data["relu"].subset(np.array([False, True])).stored == [{"h": 8, "w": 4, "cin": 4}]
+
+
+def test_row_edges_are_part_of_the_predictor_cache_key(tmp_path):
+    from nnmeter.predictors import _record_files
+    from nnmeter.predictors.boundary import ROW_EDGES_FILE
+
+    ds = _dataset(tmp_path)
+    _relu_rows(ds, 1)
+    assert ROW_EDGES_FILE not in {p.name for p in _record_files(ds)}
+    (ds.directory / ROW_EDGES_FILE).write_text("")
+    assert ROW_EDGES_FILE in {p.name for p in _record_files(ds)}

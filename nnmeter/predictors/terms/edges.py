@@ -88,21 +88,40 @@ class EdgesTerm(Term):
     @classmethod
     def measure(cls, backend_id: str, dataset_dir: Any, *, before: Any = None,
                 deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
-        """Measure ``boundary.json`` (:func:`~nnmeter.predictors.boundary.measure_boundary`)."""
-        from nnmeter.predictors.boundary import measure_boundary
+        """Measure ``boundary.json`` (:func:`~nnmeter.predictors.boundary.measure_boundary`),
+        then, where the runtime's facts say so (``row_edges``) and in the time this
+        calibration has left, profile the dataset's rows one by one, the slowest first
+        (:func:`~nnmeter.predictors.boundary.measure_row_edges`): a profiled row loses
+        its own edges in training, not the fit's."""
+        from nnmeter.predictors.boundary import measure_boundary, measure_row_edges
 
-        return measure_boundary(backend_id, dataset_dir, deadline=deadline, progress=progress)
+        from nnmeter.predictors.dataset import KernelDataset
+        from nnmeter.predictors.facts import device_facts
+
+        record = measure_boundary(backend_id, dataset_dir, deadline=deadline,
+                                  progress=progress)
+        meta = KernelDataset(dataset_dir, backend_id).meta() or {}
+        if not record.get("partial") and device_facts(meta.get("device")).row_edges:
+            rows = measure_row_edges(backend_id, dataset_dir, deadline=deadline,
+                                     progress=progress)
+            record["row_edges"] = rows
+        return record
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "EdgesTerm | None":
-        from nnmeter.predictors.boundary import read_boundary
+        from nnmeter.predictors.boundary import read_boundary, read_row_edges
 
         record = read_boundary(ctx.dataset)
         # a record kept with "apply": false made whole-model predictions worse
         if record is None or not record["fit"] or (
                 record.get("apply", True) is False and cls.name not in ctx.force):
             return None
-        return cls(record["fit"])
+        term = cls(record["fit"])
+        if ctx.facts is not None and ctx.facts.row_edges:
+            # rows profiled one by one (row_edges.jsonl) lose their own measured edges,
+            # not the fit's: a training-time input, not a parameter of the predictor
+            object.__setattr__(term, "_row_edges", read_row_edges(ctx.dataset))
+        return term
 
     def single_kernel_ms(self, kernel_type: Any, config: Any) -> float:
         """The edge conversions a single-kernel model of ``config`` pays (ms)."""
@@ -112,14 +131,22 @@ class EdgesTerm(Term):
                                 *boundary_elements(kernel_type, config))
 
     def remove(self, data: dict[str, Any]) -> None:
+        """Each row less its edges: a row profiled on its own keeps its kernel's share of
+        the profile (:func:`~nnmeter.predictors.boundary.row_edge_shares`), any other
+        loses the fitted cost of its sizes (floored at ``keep_share``)."""
         from nnmeter.kernels import KERNEL_TYPES
-        from nnmeter.predictors.boundary import boundary_cost_ms
+        from nnmeter.predictors.boundary import boundary_cost_ms, row_edge_shares
 
+        rows = getattr(self, "_row_edges", None) or {}
         for t, d in data.items():
             family = KERNEL_TYPES.get(t).family or t
             sub = np.array([boundary_cost_ms(self.coefficients, family, n_in, n_out)
                             for n_in, n_out in d.io_elements()])
-            d.y = remove_floored(d.y, sub, keep_share=self.keep_share)
+            y = remove_floored(d.y, sub, keep_share=self.keep_share)
+            if rows and d.stored is not None:
+                share = row_edge_shares(rows, t, d.stored)
+                y = np.where(np.isfinite(share), d.y * np.nan_to_num(share), y)
+            d.y = y
 
     def model_ms(self, view: ModelView) -> float:
         return self.memo(view, lambda: model_edges_ms(view.graph, view.kernels, self.coefficients))
