@@ -328,7 +328,8 @@ def pending_calibrations(backend_id: str, dataset_dir: Path,
     """The composition terms (in their order) whose calibration :func:`calibrate` would
     run now: those the device needs (``Term.wanted`` on the dataset's device facts; the
     defaults before the dataset has a device), that ``names`` selects (None: all) and
-    whose record is missing or ``partial``."""
+    whose record is missing or ``partial``, or complete but ``Term.unfinished`` (rows
+    added since that the term measures one by one)."""
     from nnmeter.predictors.facts import device_facts
     from nnmeter.predictors.terms import TERMS
 
@@ -339,7 +340,8 @@ def pending_calibrations(backend_id: str, dataset_dir: Path,
         if term.record_file is None or (names is not None and name not in names) \
                 or not term.wanted(facts):
             continue
-        if _record_state(Path(dataset_dir) / term.record_file) != "complete":
+        if _record_state(Path(dataset_dir) / term.record_file) != "complete" or \
+                term.unfinished(backend_id, dataset_dir, facts):
             out.append(name)
     return out
 

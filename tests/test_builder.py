@@ -203,8 +203,9 @@ def test_edge_and_stream_calibrations_run_once_per_dataset(tmp_path, monkeypatch
     # once per dataset, and only where the runtime converts at a model's edges
     assert calls == ["openvino-cpu", "mnn-cpu"]
     # then every row's own edges, in what is left of the calibration's time, where
-    # training takes them (OpenVINO)
-    assert row_edges == ["openvino-cpu"]
+    # training takes them (OpenVINO); the fake profiles none, so the second build of
+    # openvino-cpu still finds rows without one and tries them again (not the fit)
+    assert row_edges == ["openvino-cpu", "openvino-cpu"]
     assert (kernel_dataset_dir("openvino-cpu", tmp_path) / "boundary.json").exists()
     assert (kernel_dataset_dir("mnn-cpu", tmp_path) / "boundary.json").exists()
     assert not (kernel_dataset_dir("litert-cpu", tmp_path) / "boundary.json").exists()
@@ -501,3 +502,38 @@ def test_prior_families_give_transformer_kernels_their_prior():
         BuildSettings(prior_families=["vitt"])
     with pytest.raises(Exception, match="not one string"):
         BuildSettings(prior_families="vit")
+
+
+def test_rows_added_after_a_complete_edge_fit_are_profiled_by_the_next_build(tmp_path, monkeypatch):
+    """OpenVINO trains on each row's own edges: a complete boundary.json with rows that
+    have no profile leaves the edge calibration pending, and measuring it then profiles
+    only the rows (the fit is kept); MNN, which keeps the fit, is not pending."""
+    import json
+
+    import nnmeter.predictors.boundary as boundary
+    from nnmeter.builder import pending_calibrations
+    from nnmeter.predictors.terms import EdgesTerm
+
+    record = {"fingerprint_id": "f1", "backend_id": "x", "points": [],
+              "fit": {"shared": [0.0, 0.0, 0.0], "families": {}, "rms_ms": {}}}
+    dirs = {}
+    for runtime in ("openvino", "mnn"):
+        ds = KernelDataset(tmp_path / runtime, f"{runtime}-cpu")
+        ds.check_device({"fingerprint_id": "f1", "runtime": runtime})
+        ds.append("relu", {"config": {"h": 4, "w": 4, "cin": 4}, "latency_ms": 0.1})
+        (ds.directory / "boundary.json").write_text(json.dumps(record))
+        dirs[runtime] = ds.directory
+    assert "edges" in pending_calibrations("openvino-cpu", dirs["openvino"])
+    assert "edges" not in pending_calibrations("mnn-cpu", dirs["mnn"])
+    assert EdgesTerm.planned_work("openvino-cpu", dirs["openvino"]) == 1
+
+    def no_refit(*a, **kw):
+        raise AssertionError("a complete fit is not measured again")
+
+    profiled = []
+    monkeypatch.setattr(boundary, "measure_boundary", no_refit)
+    monkeypatch.setattr(boundary, "measure_row_edges", lambda b, d, **kw: (
+        profiled.append(b) or {"profiled": 1, "failed": 0, "remaining": 0}))
+    out = EdgesTerm.measure("openvino-cpu", dirs["openvino"])
+    assert profiled == ["openvino-cpu"] and out["fit"] == record["fit"]
+    assert out["row_edges"]["profiled"] == 1

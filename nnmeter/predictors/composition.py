@@ -184,6 +184,14 @@ class Term:
         return cls.record_file is not None
 
     @classmethod
+    def unfinished(cls, backend_id: str, dataset_dir: str | os.PathLike,
+                   facts: DeviceFacts) -> bool:
+        """Whether a complete record still leaves measuring to do (rows added since it
+        was written that the term measures one by one); the builder then calls
+        :meth:`measure` again."""
+        return False
+
+    @classmethod
     def measure(cls, backend_id: str, dataset_dir: str | os.PathLike, *,
                 before: "Composition | None" = None, deadline: float | None = None,
                 progress: bool = False) -> dict[str, Any]:

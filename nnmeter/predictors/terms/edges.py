@@ -78,11 +78,25 @@ class EdgesTerm(Term):
         return facts.edge_conversions
 
     @classmethod
+    def unfinished(cls, backend_id: str, dataset_dir: Any, facts: DeviceFacts) -> bool:
+        """Rows without their own edge profile, where training takes them
+        (``facts.row_edges``)."""
+        from nnmeter.predictors.boundary import planned_row_edges
+
+        return facts.row_edges and planned_row_edges(backend_id, dataset_dir) > 0
+
+    @classmethod
     def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
         """Models the calibration still has to profile
-        (:func:`~nnmeter.predictors.boundary.planned_boundary_work`)."""
-        from nnmeter.predictors.boundary import planned_boundary_work
+        (:func:`~nnmeter.predictors.boundary.planned_boundary_work`; once its fit is
+        complete, the rows without their own profile)."""
+        from nnmeter.predictors.boundary import planned_boundary_work, planned_row_edges, \
+            read_boundary
+        from nnmeter.predictors.dataset import KernelDataset
 
+        record = read_boundary(KernelDataset(dataset_dir, backend_id))
+        if record is not None and not record.get("partial"):
+            return planned_row_edges(backend_id, dataset_dir)
         return planned_boundary_work(backend_id, dataset_dir)
 
     @classmethod
@@ -93,14 +107,18 @@ class EdgesTerm(Term):
         calibration has left, profile the dataset's rows one by one, the slowest first
         (:func:`~nnmeter.predictors.boundary.measure_row_edges`): a profiled row loses
         its own edges in training, not the fit's."""
-        from nnmeter.predictors.boundary import measure_boundary, measure_row_edges
-
+        from nnmeter.predictors.boundary import measure_boundary, measure_row_edges, \
+            read_boundary
         from nnmeter.predictors.dataset import KernelDataset
         from nnmeter.predictors.facts import device_facts
 
-        record = measure_boundary(backend_id, dataset_dir, deadline=deadline,
-                                  progress=progress)
-        meta = KernelDataset(dataset_dir, backend_id).meta() or {}
+        ds = KernelDataset(dataset_dir, backend_id)
+        record = read_boundary(ds)
+        if record is None or record.get("partial"):
+            record = measure_boundary(backend_id, dataset_dir, deadline=deadline,
+                                      progress=progress)
+        # else: a complete fit, called again for the rows added since (unfinished)
+        meta = ds.meta() or {}
         if not record.get("partial") and device_facts(meta.get("device")).row_edges:
             rows = measure_row_edges(backend_id, dataset_dir, deadline=deadline,
                                      progress=progress)
