@@ -31,17 +31,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _own_dataset_pinned(backend: str) -> Path:
+    """This machine's dataset of ``backend``, named before this process is pinned to core
+    1 (the cores a process may use are part of the device's identity); an N-thread
+    backend is not pinned (its worker must not inherit one core)."""
+    from nnmeter.backends import get_backend
+    from nnmeter.devices.datasets import own_dataset_dir
+
+    ds_dir = own_dataset_dir(backend)
+    if get_backend(backend).threads <= 1:
+        os.sched_setaffinity(0, {1})
+    return ds_dir
+
+
 def calibrate(backend: str, per_family: int, runs: int) -> None:
     from nnmeter.predictors.boundary import measure_boundary, write_boundary
-    from nnmeter.devices.datasets import kernel_dataset_for, own_dataset_dir
 
-    from nnmeter.backends import get_backend
-
-    # this machine's dataset, named before pinning (the cores a process may use are part
-    # of the device's identity)
-    ds_dir = own_dataset_dir(backend)
-    if get_backend(backend).threads <= 1:  # an N-thread backend's worker must not inherit it
-        os.sched_setaffinity(0, {1})
+    ds_dir = _own_dataset_pinned(backend)
     record = measure_boundary(backend, ds_dir, per_family=per_family, runs=runs)
     record["command"] = "flock /tmp/nnmeter-measure.lock python " + " ".join(
         shlex.quote(a) for a in sys.argv)
@@ -64,13 +70,9 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
 def profile_all_rows(backend: str, runs: int, minutes: float | None) -> None:
     import time
 
-    from nnmeter.backends import get_backend
-    from nnmeter.devices.datasets import own_dataset_dir
     from nnmeter.predictors.boundary import measure_row_edges
 
-    ds_dir = own_dataset_dir(backend)
-    if get_backend(backend).threads <= 1:
-        os.sched_setaffinity(0, {1})
+    ds_dir = _own_dataset_pinned(backend)
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
     out = measure_row_edges(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
     print(f"{ds_dir.name}: {out['profiled']} rows profiled, {out['failed']} failed, "

@@ -89,9 +89,10 @@ class CalibrationPoints:
     {'a': {'ms': 1.0}}
     """
 
-    def __init__(self, dataset_dir: str | os.PathLike, record_file: str,
-                 fingerprint_id: str | None, accepted: Collection[str] | None = None) -> None:
-        self.path = points_path(dataset_dir, record_file)
+    def __init__(self, dataset_dir: str | os.PathLike, record_file: str | None,
+                 fingerprint_id: str | None, accepted: Collection[str] | None = None, *,
+                 path: str | os.PathLike | None = None) -> None:
+        self.path = Path(path) if path is not None else points_path(dataset_dir, record_file)
         self.fingerprint_id = fingerprint_id
         self.accepted = set(accepted or ()) | {fingerprint_id}
 
@@ -99,9 +100,7 @@ class CalibrationPoints:
     def at(cls, path: str | os.PathLike, fingerprint_id: str | None,
            accepted: Collection[str] | None = None) -> "CalibrationPoints":
         """Points kept in the file ``path`` itself (a record of its own, never removed)."""
-        log = cls(Path(path).parent, "x.json", fingerprint_id, accepted)
-        log.path = Path(path)
-        return log
+        return cls(Path(path).parent, None, fingerprint_id, accepted, path=path)
 
     @classmethod
     def of(cls, dataset: Any, record_file: str) -> "CalibrationPoints":

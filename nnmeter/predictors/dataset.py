@@ -32,6 +32,7 @@ from typing import Any
 
 from nnmeter.devices.reference import REFERENCE_FILE
 from nnmeter.errors import DatasetError, FingerprintMismatchError
+from nnmeter.predictors.boundary import ROW_EDGES_FILE
 
 __all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration", "read_jsonl",
            "append_jsonl",
@@ -67,8 +68,8 @@ class KernelDataset:
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
     #: JSONL files of the dataset that are not kernel rows: logs, the speed reference's
-    #: probes, every row's profiled edges (nnmeter.predictors.boundary.ROW_EDGES_FILE)
-    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE, "row_edges.jsonl")
+    #: probes, every row's profiled edges
+    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE, ROW_EDGES_FILE)
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)
