@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from nnmeter.errors import DatasetError
+from nnmeter.predictors.dataset import ROW_EDGES_FILE
 
 __all__ = ["BOUNDARY_FILE", "ROW_EDGES_FILE", "MIN_KERNEL_SHARE", "row_key", "read_row_edges",
            "row_edge_shares", "measure_row_edges", "planned_row_edges", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
@@ -62,8 +63,6 @@ FLOOR_SHARE = 0.25
 #: origin the runtime did not report (OpenVINO's ``ShuffleChannels``)
 LAYOUT_OPS = frozenset({"Reorder", "Convert", "Raster"})
 
-#: per-dataset file of every row's own profiled edges (:func:`measure_row_edges`)
-ROW_EDGES_FILE = "row_edges.jsonl"
 
 #: a row's kernel share of its profiled single-kernel model is taken no lower than this
 MIN_KERNEL_SHARE = 0.05

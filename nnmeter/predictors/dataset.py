@@ -32,7 +32,6 @@ from typing import Any
 
 from nnmeter.devices.reference import REFERENCE_FILE
 from nnmeter.errors import DatasetError, FingerprintMismatchError
-from nnmeter.predictors.boundary import ROW_EDGES_FILE
 
 __all__ = ["KernelDataset", "data_root", "kernel_dataset_dir", "read_calibration", "read_jsonl",
            "append_jsonl",
@@ -52,6 +51,11 @@ def data_root() -> Path:
 def kernel_dataset_dir(dataset_id: str, root: str | os.PathLike | None = None) -> Path:
     """``<root>/datasets/kernels/<dataset_id>``."""
     return Path(root or data_root()) / "datasets" / "kernels" / dataset_id
+
+
+#: per-dataset file of every row's own profiled edges
+#: (:func:`nnmeter.predictors.boundary.measure_row_edges`); not kernel rows
+ROW_EDGES_FILE = "row_edges.jsonl"
 
 
 class KernelDataset:
