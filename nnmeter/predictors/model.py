@@ -52,11 +52,29 @@ from nnmeter.predictors.composition import Composition, ModelView, TermRow
 from nnmeter.predictors.features import fallback_features, model_input
 
 __all__ = ["KernelRow", "LatencyReport", "LatencyPredictor", "PredictorSettings",
-           "fallback_features", "FALLBACK_KEY", "TermRow"]
+           "fallback_features", "FALLBACK_KEY", "TermRow", "type_fallback_key",
+           "is_fallback_key"]
 
 logger = logging.getLogger(__name__)
 
 FALLBACK_KEY = "fallback"
+
+
+def type_fallback_key(kernel_type: str) -> str:
+    """The key of the fallback scaled to ``kernel_type``'s own rows
+    (:func:`nnmeter.predictors.train.scaled_fallback`), for a type with rows but no
+    regressor of its own.
+
+    >>> type_fallback_key("add"), is_fallback_key(type_fallback_key("add"))
+    ('fallback:add', True)
+    """
+    return f"{FALLBACK_KEY}:{kernel_type}"
+
+
+def is_fallback_key(key: str) -> bool:
+    """Whether an estimator key names the FLOPs/bytes fallback (plain or scaled to a
+    type): its input is the fallback features, not the type's own."""
+    return key == FALLBACK_KEY or key.startswith(FALLBACK_KEY + ":")
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,8 @@ class PredictorSettings:
 @dataclass(frozen=True)
 class KernelRow:
     """One kernel of a report. ``estimated_by`` is ``regressor``, ``family:<f>``,
-    ``fallback``, or ``absorbed:<kernel type>`` for a kernel the backend runs inside
+    ``fallback``, ``fallback:<kernel type>`` (the fallback scaled to the type's own few
+    rows), or ``absorbed:<kernel type>`` for a kernel the backend runs inside
     another one (0 ms of its own). ``predicted_ms`` is the kernel's time inside the
     model; ``base_ms`` the estimator's time before the composition terms named in
     ``terms`` adjusted it (equal when ``terms`` is empty)."""
@@ -390,7 +409,8 @@ class LatencyPredictor:
         if family and f"family:{family}" in self.regressors \
                 and self._takes(f"family:{family}", ktype_name):
             return f"family:{family}"
-        return FALLBACK_KEY
+        own = type_fallback_key(ktype_name)
+        return own if own in self.regressors else FALLBACK_KEY
 
     def _takes(self, key: str, ktype_name: str) -> bool:
         """Whether regressor ``key`` reads the model input of ``ktype_name``: a family's
@@ -506,7 +526,7 @@ class LatencyPredictor:
             slots.append(row_slots)
         known = self._pred_cache
         for key, (rows, _) in jobs.items():
-            col = 1 if key == FALLBACK_KEY else 0
+            col = 1 if is_fallback_key(key) else 0
             # a row predicted before (same estimator, same cached features) is not sent
             # to the regressor again: the regressors never change
             got = [known.get((key, id(hit))) for hit in rows]
@@ -614,7 +634,7 @@ class LatencyPredictor:
             reg = self.regressors[key]
             if getattr(reg, "feature_lo_", None) is None:
                 continue
-            col = 1 if key == FALLBACK_KEY else 0
+            col = 1 if is_fallback_key(key) else 0
             X = np.vstack([hit[col] for hit in rows])
             far = reg.far_outside(X)
             if far.any():
@@ -626,7 +646,7 @@ class LatencyPredictor:
                 continue
             X, far_rows = got
             reg = self.regressors[s[0]]
-            if s[0] == FALLBACK_KEY:
+            if is_fallback_key(s[0]):
                 names: Sequence[str] = ("FLOPs", "bytes")
             else:
                 alias = self.regressor_type(k.type)

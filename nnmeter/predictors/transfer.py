@@ -325,10 +325,10 @@ def _source_key(pred: Any, kernel_type: str) -> str:
 
 def _source_base(pred: Any, kernel_type: str, data: Any) -> np.ndarray:
     """The source predictor's kernel estimate (before composition) for each row."""
-    from nnmeter.predictors.model import FALLBACK_KEY
+    from nnmeter.predictors.model import is_fallback_key
 
     key = _source_key(pred, kernel_type)
-    X = data.fb if key == FALLBACK_KEY else data.X
+    X = data.fb if is_fallback_key(key) else data.X
     return np.asarray(pred.regressors[key].predict(X), dtype=float)
 
 
@@ -348,12 +348,13 @@ def _paired_mask(target: Any, source: Any) -> np.ndarray:
 def _paired_base(pred: Any, kernel_type: str, target: Any, source: Any) -> np.ndarray:
     """Per target row, the source's time of that kernel: its measurement (median of its
     rows, composition removed) where the source measured the configuration, else the
-    source predictor's estimate, else NaN (the source has only its fallback)."""
+    source predictor's estimate, else NaN (the source has only its fallback, plain or scaled to the type)."""
     from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.model import is_fallback_key
     from nnmeter.sampling.prior import config_key
 
     out = np.full(len(target), np.nan)
-    if _source_key(pred, kernel_type) != "fallback":
+    if not is_fallback_key(_source_key(pred, kernel_type)):
         out = _source_base(pred, kernel_type, target)
     if source is not None:
         kt = KERNEL_TYPES.get(kernel_type)

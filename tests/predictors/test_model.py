@@ -292,3 +292,16 @@ def test_a_family_regressor_of_another_feature_layout_is_not_used():
     pred = LatencyPredictor("ort-cpu", RULES, {"family:mul": _Reg(11), "fallback": _Reg(4)})
     assert pred._estimator_key("mul", "mul") == "family:mul"
     assert pred._estimator_key("mul-add-relu", "mul") == "fallback"
+
+
+def test_a_type_with_rows_but_no_regressor_uses_its_own_scaled_fallback():
+    """A type whose few rows are not enough for a regressor of its own (a NAS-Bench-201
+    ``add`` on OpenVINO) gets the fallback scaled to those rows; a type with no rows at
+    all keeps the plain fallback."""
+    class _Reg:
+        def __init__(self, width):
+            self.n_features_in_ = width
+
+    pred = LatencyPredictor("ort-cpu", RULES, {"fallback": _Reg(2), "fallback:add": _Reg(2)})
+    assert pred._estimator_key("add", "add") == "fallback:add"
+    assert pred._estimator_key("relu", "activation") == "fallback"

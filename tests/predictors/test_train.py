@@ -105,3 +105,49 @@ def test_keep_trains_on_the_selected_rows_only(data_dir):
     # keeping every row changes nothing
     same = train_predictor("ort-cpu", data_dir, RULES, keep=lambda t, c, o: True)
     assert same.meta["samples"] == full.meta["samples"]
+
+
+def test_the_fallback_is_scaled_to_a_thin_types_own_rows():
+    """The type's fallback is the shared log-log line moved by the median ratio of the
+    type's own rows to it: one odd row does not set it, and it is bounded."""
+    import numpy as np
+
+    from nnmeter.predictors.regressors import LinearKernelRegressor
+    from nnmeter.predictors.train import FALLBACK_SCALE_BOUNDS, scaled_fallback
+
+    fb = np.array([[1e5, 1e3], [1e6, 1e4], [1e7, 1e5], [1e8, 1e6]])
+    line = LinearKernelRegressor().fit(fb, np.array([0.001, 0.01, 0.1, 1.0]))
+    base = line.predict(fb[:3])
+    own = scaled_fallback(line, fb[:3], base * np.array([0.2, 0.2, 3.0]))
+    assert np.allclose(own.predict(fb), line.predict(fb) * 0.2)
+    # the line itself is not changed
+    assert np.allclose(line.predict(fb[:3]), base)
+    far = scaled_fallback(line, fb[:1], base[:1] * 1e-4)
+    assert np.allclose(far.predict(fb[:1]), base[:1] * FALLBACK_SCALE_BOUNDS[0])
+
+
+def test_a_thin_type_gets_its_own_fallback_key(data_dir):
+    """Training adds ``fallback:<type>`` for a type without a regressor of its own and
+    stores it like any regressor (it survives the cache)."""
+    import numpy as np
+
+    from nnmeter.predictors.kernel_data import KernelData
+    from nnmeter.predictors.model import PredictorSettings
+    from nnmeter.predictors.train import fit_regressors
+
+    from nnmeter.kernels import KERNEL_TYPES
+
+    rng = np.random.default_rng(0)
+
+    def rows(t, n, ms_per_unit):
+        X = rng.uniform(1.0, 100.0, (n, len(KERNEL_TYPES.get(t).feature_names)))
+        fb = rng.uniform(1e4, 1e6, (n, 2))
+        return KernelData(t, [None] * n, X, fb[:, 0] * ms_per_unit, fb, ["initial"] * n)
+
+    thick, thin = rows("conv-bn-relu", 20, 1e-5), rows("add", 3, 1e-8)
+    regs, counts = fit_regressors({"conv-bn-relu": thick, "add": thin},
+                                  KernelDataset(data_dir, "ort-cpu"),
+                                  PredictorSettings(min_type_samples=10))
+    assert "type:conv-bn-relu" in regs and "fallback:conv-bn-relu" not in regs
+    assert "fallback:add" in regs and counts["add"] == 3
+    assert np.all(regs["fallback:add"].predict(thin.fb) < regs["fallback"].predict(thin.fb))
