@@ -10,7 +10,9 @@ Usage:
       --backend openvino-cpu-f32 --all-rows [--runs 10] [--minutes 20]
       profiles every row's single-kernel model (resumable; appended to
       datasets/kernels/<backend>@<device>/row_edges.jsonl as it goes): training then
-      removes each profiled row's own edges instead of the fit's.
+      removes each profiled row's own edges instead of the fit's; on OpenVINO then
+      profiles the pooling/activation/multiply rows that ran in the plain layout
+      between two 1x1 convolutions (row_context.jsonl).
   taskset -c 0 python experiments/boundary_calibration.py --backend openvino-cpu --evaluate
       no measurement: trains the predictor with and without the boundary removal and
       re-predicts the base models of experiments/results/backend_selection_measured.json (round 1) against
@@ -70,13 +72,20 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
 def profile_all_rows(backend: str, runs: int, minutes: float | None) -> None:
     import time
 
-    from nnmeter.predictors.boundary import measure_row_edges
+    from nnmeter.predictors.boundary import measure_row_context, measure_row_edges
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.facts import device_facts
 
     ds_dir = _own_dataset_pinned(backend)
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
     out = measure_row_edges(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
     print(f"{ds_dir.name}: {out['profiled']} rows profiled, {out['failed']} failed, "
           f"{out['remaining']} left (run again to continue)")
+    facts = device_facts((KernelDataset(ds_dir, backend).meta() or {}).get("device"))
+    if facts.row_context and not out["remaining"]:
+        ctx = measure_row_context(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
+        print(f"{ds_dir.name}: {ctx['profiled']} rows profiled in context, {ctx['failed']} "
+              f"failed, {ctx['remaining']} left (run again to continue)")
 
 
 def _predictor(backend: str, with_boundary: bool):  # noqa: ANN202

@@ -54,7 +54,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 24
+CACHE_VERSION = 25
 
 
 def cache_dir() -> Path:
@@ -229,13 +229,13 @@ def _record_files(ds: Any) -> list[Path]:
     """The dataset's files besides the kernel rows that training reads: its device
     record, the regressor choice, every composition term's calibration record, and for
     a dataset built by transfer, its ``transfer.json`` and the source dataset's files."""
-    from nnmeter.predictors.boundary import ROW_EDGES_FILE
+    from nnmeter.predictors.boundary import ROW_CONTEXT_FILE, ROW_EDGES_FILE
     from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.predictors.train import CHOICE_FILE
     from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer
 
-    # the rows' own profiled edges too (read by the edges term in training)
-    names = [ds.META, CHOICE_FILE, TRANSFER_FILE, ROW_EDGES_FILE] + [
+    # the rows' own profiled edges and in-context times too (read by the edges term)
+    names = [ds.META, CHOICE_FILE, TRANSFER_FILE, ROW_EDGES_FILE, ROW_CONTEXT_FILE] + [
         n for t in TERMS.ordered() if (n := TERMS.get(t).record_file)]
     files = [ds.directory / n for n in names if (ds.directory / n).exists()]
     if (ds.directory / TRANSFER_FILE).exists():

@@ -57,6 +57,10 @@ def kernel_dataset_dir(dataset_id: str, root: str | os.PathLike | None = None) -
 #: (:func:`nnmeter.predictors.boundary.measure_row_edges`); not kernel rows
 ROW_EDGES_FILE = "row_edges.jsonl"
 
+#: per-dataset file of the profiled in-context time of the rows whose single-kernel
+#: model ran in the plain layout (:func:`nnmeter.predictors.boundary.measure_row_context`)
+ROW_CONTEXT_FILE = "row_context.jsonl"
+
 
 class KernelDataset:
     """One backend's kernel measurements on one device (a directory of JSONL files).
@@ -72,8 +76,8 @@ class KernelDataset:
     META = "dataset.json"
     ROUNDS = "rounds.jsonl"
     #: JSONL files of the dataset that are not kernel rows: logs, the speed reference's
-    #: probes, every row's profiled edges
-    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE, ROW_EDGES_FILE)
+    #: probes, every row's profiled edges and in-context times
+    LOGS = ("rounds.jsonl", "builds.jsonl", REFERENCE_FILE, ROW_EDGES_FILE, ROW_CONTEXT_FILE)
 
     def __init__(self, directory: str | os.PathLike, backend_id: str) -> None:
         self.directory = Path(directory)

@@ -62,7 +62,7 @@ _WEIGHTLESS = frozenset({"hswish", "hsigmoid", "sigmoid", "tanh", "leakyrelu", "
 #: runtime (``DeviceInfo.runtime``) → what it does to a model, whatever the CPU:
 #: ``blocked_layout`` (it runs convolutions in a channel-blocked layout whose block is
 #: the CPU's vector width), ``folded`` activations, ``merged`` types, ``edge_conversions``,
-#: ``row_edges``
+#: ``row_edges``, ``row_context``
 RUNTIME_FACTS: dict[str, dict[str, Any]] = {
     "onnxruntime": {"blocked_layout": True, "folded": _ORT_FOLDED, "merged": _WEIGHTLESS},
     "litert": {"merged": _WEIGHTLESS},
@@ -73,7 +73,11 @@ RUNTIME_FACTS: dict[str, dict[str, Any]] = {
     # on sizes follows: training takes each row's own profiled edges (``row_edges``;
     # development set seed 1000 on epyc-zen4-avx512-2c, openvino-cpu-f32: within ±10 %
     # 48.1 -> 71.2 %, MAPE 18.2 -> 12.4 %)
-    "openvino": {"edge_conversions": True, "row_edges": True},
+    # a pooling, activation or multiply kernel alone runs in the plain layout of the
+    # model input it is fed, inside a model in the blocked layout of the convolution
+    # before it, often several times faster: training takes those rows at their time
+    # profiled between two 1x1 convolutions (``row_context``)
+    "openvino": {"edge_conversions": True, "row_edges": True, "row_context": True},
     # MNN converts a plain NCHW input into its NC4HW4 layout and back at a model's edges
     # (``Raster`` nodes: 0.08 ms around a 0.18 ms 1x1 convolution of 64x64x16 -> 112)
     # (its rows' own profiles do not help there: mnn-cpu's development set, same
@@ -101,6 +105,10 @@ class DeviceFacts:
     row_edges : bool
         Those edges are profiled row by row and each row loses its own in training
         (:func:`nnmeter.predictors.boundary.measure_row_edges`), not the fit's.
+    row_context : bool
+        Rows of layout-following kernels (pooling, activations...) that ran in the plain
+        layout alone are profiled between two convolutions, and training takes that
+        time (:func:`nnmeter.predictors.boundary.measure_row_context`).
     """
 
     layout_block: int = 0
@@ -109,6 +117,7 @@ class DeviceFacts:
     merged_types: frozenset[str] = field(default_factory=frozenset)
     edge_conversions: bool = False
     row_edges: bool = False
+    row_context: bool = False
 
 
 def _vector_floats(isa: Any) -> int:
@@ -158,7 +167,8 @@ def device_facts(device: Mapping[str, Any] | None) -> DeviceFacts:
                        folded_activations=frozenset(runtime.get("folded", ())),
                        merged_types=frozenset(runtime.get("merged", ())),
                        edge_conversions=bool(runtime.get("edge_conversions", False)),
-                       row_edges=bool(runtime.get("row_edges", False)))
+                       row_edges=bool(runtime.get("row_edges", False)),
+                       row_context=bool(runtime.get("row_context", False)))
 
 
 #: ISA flags of ``/proc/cpuinfo`` that kernels dispatch on (x86 and ARM)

@@ -178,3 +178,19 @@ def test_mnn_graph_dump_holds_the_graph_without_weights(tmp_path):
     assert graph["tensorName"]
     # the weights alone would be 147 kB as floats and several times that as JSON text
     assert (tmp_path / "wide.json").stat().st_size < 20_000 < mnn.stat().st_size
+
+
+def test_openvino_names_a_pooling_between_two_convolutions():
+    """The in-context profile of a layout-following row (training takes it on OpenVINO):
+    the runtime names the pooling between the two 1x1 anchors on its own, unfused."""
+    _need("openvino-cpu")
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors.boundary import _profile_row_in_context
+
+    pool = {"h": 16, "w": 16, "cin": 16, "kernel": 3, "stride": 1, "pads": [1, 1, 1, 1],
+            "ceil_mode": False, "kernel_w": None, "stride_w": None}
+    with Profiler("openvino-cpu-f32") as prof:
+        point = _profile_row_in_context(prof, "avgpool", {"config": pool}, 3)
+        flat = _profile_row_in_context(prof, "fc", {"config": {"cin": 16, "cout": 8}}, 3)
+    assert point["context_ms"] is not None and point["context_ms"] > 0, point
+    assert flat["context_ms"] is None and flat["why"]

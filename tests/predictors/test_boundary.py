@@ -311,3 +311,61 @@ def test_row_edges_are_part_of_the_predictor_cache_key(tmp_path):
     assert ROW_EDGES_FILE not in {p.name for p in _record_files(ds)}
     (ds.directory / ROW_EDGES_FILE).write_text("")
     assert ROW_EDGES_FILE in {p.name for p in _record_files(ds)}
+
+
+class _PlainProfiler(_FakeProfiler):
+    """Alone, the kernel runs in the plain layout (no conversion at its edges, 0.04 ms);
+    between two convolutions (``.anchor`` nodes) it takes 0.01 ms."""
+
+    def profile(self, graph, runs=10):
+        from nnmeter.backends.base import ExecutedNode
+
+        anchors = [n.name for n in graph.nodes() if n.name.endswith((".anchor", ".anchor1"))]
+        kernel = [n.name for n in graph.nodes() if n.op != "input" and n.name not in anchors]
+        if not anchors:
+            return [ExecutedNode("k", "Pooling", tuple(kernel), 0.04)]
+        return ([ExecutedNode(a, "Convolution", (a,), 0.5) for a in anchors]
+                + [ExecutedNode("k", "Pooling", tuple(kernel), 0.01)])
+
+
+def test_measure_row_context_profiles_plain_layout_rows_in_context(tmp_path, monkeypatch):
+    """Rows of a layout-following family whose own profile had no edge conversion are
+    profiled between two convolutions (resumably); training then takes their
+    in-context share; a row with conversions of its own, or of a convolution, is not."""
+    import nnmeter.backends
+    from nnmeter.predictors.boundary import (
+        ROW_CONTEXT_FILE, measure_row_context, measure_row_edges, planned_row_context,
+        read_row_context, row_key,
+    )
+    from nnmeter.predictors.composition import FitContext
+    from nnmeter.predictors.facts import DeviceFacts
+    from nnmeter.predictors.kernel_data import load_kernel_data
+    from nnmeter.predictors.terms import EdgesTerm
+
+    ds = _dataset(tmp_path)
+    pool = {"h": 8, "w": 8, "cin": 16, "kernel": 2, "stride": 2, "pads": [0, 0, 0, 0],
+            "ceil_mode": False, "kernel_w": None, "stride_w": None}
+    ds.append("maxpool", {"config": pool, "latency_ms": 0.05})
+    conv = {"h": 8, "w": 8, "cin": 4, "cout": 4, "kernel": 1, "stride": 1, "groups": 1,
+            "pads": None}
+    ds.append("conv", {"config": conv, "latency_ms": 0.05})
+    monkeypatch.setattr(nnmeter.backends, "Profiler", _PlainProfiler)
+    # nothing to do before the rows' own profiles exist
+    assert planned_row_context("openvino-cpu", ds.directory) == 0
+    measure_row_edges("openvino-cpu", ds.directory)
+    assert planned_row_context("openvino-cpu", ds.directory) == 1  # the pooling only
+    assert measure_row_context("openvino-cpu", ds.directory) == {
+        "profiled": 1, "failed": 0, "remaining": 0}
+    assert planned_row_context("openvino-cpu", ds.directory) == 0
+    assert ROW_CONTEXT_FILE not in {p.name for p in ds.files()}
+    assert read_row_context(ds) == {row_key("maxpool", pool): pytest.approx(0.01)}
+    write_boundary(ds.directory, _record("abc123", [0.0, 0.0, 0.0]))
+    data = {"maxpool": load_kernel_data(ds, "maxpool")}
+    facts = DeviceFacts(row_edges=True, row_context=True)
+    EdgesTerm.fit(FitContext("openvino-cpu", ds, data, facts, None)).remove(data)
+    assert data["maxpool"].y.tolist() == pytest.approx([0.05 * 0.01 / 0.04])
+    # without the fact, the row keeps its share of its own profile (all of it)
+    data = {"maxpool": load_kernel_data(ds, "maxpool")}
+    EdgesTerm.fit(FitContext("openvino-cpu", ds, data, DeviceFacts(row_edges=True),
+                             None)).remove(data)
+    assert data["maxpool"].y.tolist() == pytest.approx([0.05])

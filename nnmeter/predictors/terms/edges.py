@@ -80,23 +80,25 @@ class EdgesTerm(Term):
     @classmethod
     def unfinished(cls, backend_id: str, dataset_dir: Any, facts: DeviceFacts) -> bool:
         """Rows without their own edge profile, where training takes them
-        (``facts.row_edges``)."""
-        from nnmeter.predictors.boundary import planned_row_edges
+        (``facts.row_edges``), or without their in-context time (``facts.row_context``)."""
+        from nnmeter.predictors.boundary import planned_row_context, planned_row_edges
 
-        return facts.row_edges and planned_row_edges(backend_id, dataset_dir) > 0
+        return (facts.row_edges and planned_row_edges(backend_id, dataset_dir) > 0) or (
+            facts.row_context and planned_row_context(backend_id, dataset_dir) > 0)
 
     @classmethod
     def planned_work(cls, backend_id: str, dataset_dir: Any) -> int:
         """Models the calibration still has to profile
         (:func:`~nnmeter.predictors.boundary.planned_boundary_work`; once its fit is
-        complete, the rows without their own profile)."""
-        from nnmeter.predictors.boundary import planned_boundary_work, planned_row_edges, \
-            read_boundary
+        complete, the rows without their own profile or in-context time)."""
+        from nnmeter.predictors.boundary import planned_boundary_work, planned_row_context, \
+            planned_row_edges, read_boundary
         from nnmeter.predictors.dataset import KernelDataset
 
         record = read_boundary(KernelDataset(dataset_dir, backend_id))
         if record is not None and not record.get("partial"):
-            return planned_row_edges(backend_id, dataset_dir)
+            return (planned_row_edges(backend_id, dataset_dir)
+                    + planned_row_context(backend_id, dataset_dir))
         return planned_boundary_work(backend_id, dataset_dir)
 
     @classmethod
@@ -106,9 +108,11 @@ class EdgesTerm(Term):
         then, where the runtime's facts say so (``row_edges``) and in the time this
         calibration has left, profile the dataset's rows one by one, the slowest first
         (:func:`~nnmeter.predictors.boundary.measure_row_edges`): a profiled row loses
-        its own edges in training, not the fit's."""
-        from nnmeter.predictors.boundary import measure_boundary, measure_row_edges, \
-            read_boundary
+        its own edges in training, not the fit's; then (``row_context``) profile the
+        layout-following rows that ran in the plain layout between two convolutions
+        (:func:`~nnmeter.predictors.boundary.measure_row_context`)."""
+        from nnmeter.predictors.boundary import measure_boundary, measure_row_context, \
+            measure_row_edges, read_boundary
         from nnmeter.predictors.dataset import KernelDataset
         from nnmeter.predictors.facts import device_facts
 
@@ -119,15 +123,19 @@ class EdgesTerm(Term):
                                       progress=progress)
         # else: a complete fit, called again for the rows added since (unfinished)
         meta = ds.meta() or {}
-        if not record.get("partial") and device_facts(meta.get("device")).row_edges:
+        facts = device_facts(meta.get("device"))
+        if not record.get("partial") and facts.row_edges:
             rows = measure_row_edges(backend_id, dataset_dir, deadline=deadline,
                                      progress=progress)
             record["row_edges"] = rows
+            if facts.row_context and not rows["remaining"]:
+                record["row_context"] = measure_row_context(
+                    backend_id, dataset_dir, deadline=deadline, progress=progress)
         return record
 
     @classmethod
     def fit(cls, ctx: FitContext) -> "EdgesTerm | None":
-        from nnmeter.predictors.boundary import read_boundary, read_row_edges
+        from nnmeter.predictors.boundary import read_boundary, read_row_context, read_row_edges
 
         record = read_boundary(ctx.dataset)
         # a record kept with "apply": false made whole-model predictions worse
@@ -139,6 +147,8 @@ class EdgesTerm(Term):
             # rows profiled one by one (row_edges.jsonl) lose their own measured edges,
             # not the fit's: a training-time input, not a parameter of the predictor
             object.__setattr__(term, "_row_edges", read_row_edges(ctx.dataset))
+            if ctx.facts.row_context:
+                object.__setattr__(term, "_row_context", read_row_context(ctx.dataset))
         return term
 
     def single_kernel_ms(self, kernel_type: Any, config: Any) -> float:
@@ -156,13 +166,14 @@ class EdgesTerm(Term):
         from nnmeter.predictors.boundary import boundary_cost_ms, row_edge_shares
 
         rows = getattr(self, "_row_edges", None) or {}
+        context = getattr(self, "_row_context", None) or {}
         for t, d in data.items():
             family = KERNEL_TYPES.get(t).family or t
             sub = np.array([boundary_cost_ms(self.coefficients, family, n_in, n_out)
                             for n_in, n_out in d.io_elements()])
             y = remove_floored(d.y, sub, keep_share=self.keep_share)
             if rows and d.stored is not None:
-                share = row_edge_shares(rows, t, d.stored)
+                share = row_edge_shares(rows, t, d.stored, context)
                 y = np.where(np.isfinite(share), d.y * np.nan_to_num(share), y)
             d.y = y
 
