@@ -213,3 +213,17 @@ def test_backend_selection_over_thread_counts_is_a_run_of_its_own(tmp_path, monk
     monkeypatch.setattr(bs, "_dir", lambda device: tmp_path)
     with pytest.raises(SystemExit, match="'choose' with --threads 2,1 first"):
         bs._run(ns)
+
+
+def test_zoo_rows_refuses_a_device_without_a_build(tmp_path):
+    """The zoo rows extend a device's own build; with none (an empty data folder) the
+    script says so in one line and measures nothing."""
+    import os
+
+    env = {**os.environ, "NNMETER_DATA": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "zoo_rows.py"),
+                          "--backend", "ort-cpu"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env=env)
+    assert out.returncode != 0
+    assert "holds no build of ort-cpu" in out.stderr and "nnmeter build -b ort-cpu" in out.stderr
+    assert not any(tmp_path.rglob("*.jsonl"))
