@@ -534,6 +534,10 @@ def test_rows_added_after_a_complete_edge_fit_are_profiled_by_the_next_build(tmp
     monkeypatch.setattr(boundary, "measure_boundary", no_refit)
     monkeypatch.setattr(boundary, "measure_row_edges", lambda b, d, **kw: (
         profiled.append(b) or {"profiled": 1, "failed": 0, "remaining": 0}))
+    monkeypatch.setattr(boundary, "measure_row_context", lambda b, d, **kw: (
+        profiled.append(f"{b} in context") or {"profiled": 0, "failed": 0, "remaining": 0}))
     out = EdgesTerm.measure("openvino-cpu", dirs["openvino"])
-    assert profiled == ["openvino-cpu"] and out["fit"] == record["fit"]
-    assert out["row_edges"]["profiled"] == 1
+    # the rows' own edges first, then (OpenVINO's row_context) their in-context times
+    assert profiled == ["openvino-cpu", "openvino-cpu in context"]
+    assert out["fit"] == record["fit"]
+    assert out["row_edges"]["profiled"] == 1 and out["row_context"]["profiled"] == 0

@@ -526,6 +526,8 @@ def measure_row_context(backend_id: str, dataset_dir: str | os.PathLike, *, runs
     ds = KernelDataset(Path(dataset_dir), backend_id)
     log = _row_context_log(ds)
     todo = _rows_without_context(ds, read_row_edges(ds), log.load())
+    if not todo:  # nothing to profile: no runtime worker is started
+        return {"profiled": 0, "failed": 0, "remaining": 0}
     profiled = failed = 0
     bar = tqdm(total=len(todo), unit="model", disable=not progress,
                desc=f"profile rows in context ({backend_id})")
