@@ -254,11 +254,16 @@ def _profile_row(prof: Any, kernel_type: str, row: dict[str, Any], runs: int) ->
         measured_ms=float(row["latency_ms"]))
 
 
-def _row_edges_log(dataset: Any) -> Any:
+def _points_log(dataset: Any, name: str) -> Any:
+    """The dataset's per-row points file ``name`` (its device's points only)."""
     from nnmeter.predictors.calibration_points import CalibrationPoints
 
-    return CalibrationPoints.at(Path(dataset.directory) / ROW_EDGES_FILE,
-                                dataset.fingerprint_id, getattr(dataset, "fingerprint_ids", None))
+    return CalibrationPoints.at(Path(dataset.directory) / name, dataset.fingerprint_id,
+                                getattr(dataset, "fingerprint_ids", None))
+
+
+def _row_edges_log(dataset: Any) -> Any:
+    return _points_log(dataset, ROW_EDGES_FILE)
 
 
 def read_row_edges(dataset: Any) -> dict[str, BoundaryPoint]:
@@ -353,18 +358,33 @@ def measure_row_edges(backend_id: str, dataset_dir: str | os.PathLike, *, runs: 
     FingerprintMismatchError
         If this device's fingerprint differs from the dataset's.
     """
-    from tqdm import tqdm
-
-    from nnmeter.backends import Profiler
-    from nnmeter.predictors.calibration_points import refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
     log = _row_edges_log(ds)
-    todo = _rows_without_edges(ds, log.load())
+    return _profile_rows(
+        backend_id, ds, log, _rows_without_edges(ds, log.load()),
+        lambda prof, t, row: asdict(_profile_row(prof, t, row, runs)), core=core,
+        deadline=deadline, progress=progress,
+        desc=f"profile the edges of every row ({backend_id})")
+
+
+def _profile_rows(backend_id: str, ds: Any, log: Any, todo: list[tuple[str, dict[str, Any]]],
+                  profile_one: Any, *, core: int | str | None, deadline: float | None,
+                  progress: bool, desc: str) -> dict[str, int]:
+    """Profile each ``(kernel type, row)`` of ``todo`` with ``profile_one(profiler, type,
+    row) -> point`` and append the point to ``log`` under the row's key at once, until
+    ``deadline``; a row the runtime rejects is counted and skipped. Starts no runtime
+    worker when ``todo`` is empty. Returns ``{"profiled", "failed", "remaining"}``."""
+    from tqdm import tqdm
+
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors.calibration_points import refuse_other_device
+
+    if not todo:
+        return {"profiled": 0, "failed": 0, "remaining": 0}
     profiled = failed = 0
-    bar = tqdm(total=len(todo), unit="model", disable=not progress,
-               desc=f"profile the edges of every row ({backend_id})")
+    bar = tqdm(total=len(todo), unit="model", disable=not progress, desc=desc)
     try:
         with Profiler(backend_id, core=core) as prof:
             refuse_other_device(ds, prof.backend.device_info().fingerprint_id)
@@ -372,14 +392,14 @@ def measure_row_edges(backend_id: str, dataset_dir: str | os.PathLike, *, runs: 
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 try:
-                    point = _profile_row(prof, t, row, runs)
+                    point = profile_one(prof, t, row)
                 except Exception as err:  # one kernel the runtime rejects must not stop the rest
                     logger.warning("could not profile %s %s: %s", t, row["config"], err)
                     failed += 1
                     continue
                 finally:
                     bar.update(1)
-                log.append(_row_key(t, row), asdict(point))
+                log.append(_row_key(t, row), point)
                 profiled += 1
     finally:
         bar.close()
@@ -450,10 +470,7 @@ def _profile_row_in_context(prof: Any, kernel_type: str, row: dict[str, Any],
 
 
 def _row_context_log(dataset: Any) -> Any:
-    from nnmeter.predictors.calibration_points import CalibrationPoints
-
-    return CalibrationPoints.at(Path(dataset.directory) / ROW_CONTEXT_FILE,
-                                dataset.fingerprint_id, getattr(dataset, "fingerprint_ids", None))
+    return _points_log(dataset, ROW_CONTEXT_FILE)
 
 
 def read_row_context(dataset: Any) -> dict[str, float]:
@@ -517,40 +534,15 @@ def measure_row_context(backend_id: str, dataset_dir: str | os.PathLike, *, runs
     FingerprintMismatchError
         If this device's fingerprint differs from the dataset's.
     """
-    from tqdm import tqdm
-
-    from nnmeter.backends import Profiler
-    from nnmeter.predictors.calibration_points import refuse_other_device
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(Path(dataset_dir), backend_id)
     log = _row_context_log(ds)
-    todo = _rows_without_context(ds, read_row_edges(ds), log.load())
-    if not todo:  # nothing to profile: no runtime worker is started
-        return {"profiled": 0, "failed": 0, "remaining": 0}
-    profiled = failed = 0
-    bar = tqdm(total=len(todo), unit="model", disable=not progress,
-               desc=f"profile rows in context ({backend_id})")
-    try:
-        with Profiler(backend_id, core=core) as prof:
-            refuse_other_device(ds, prof.backend.device_info().fingerprint_id)
-            for t, row in todo:
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                try:
-                    point = _profile_row_in_context(prof, t, row, runs)
-                except Exception as err:  # one kernel the runtime rejects must not stop the rest
-                    logger.warning("could not profile %s %s in context: %s", t, row["config"], err)
-                    failed += 1
-                    continue
-                finally:
-                    bar.update(1)
-                log.append(_row_key(t, row), point)
-                profiled += 1
-    finally:
-        bar.close()
-    return {"profiled": profiled, "failed": failed,
-            "remaining": len(todo) - profiled - failed}
+    return _profile_rows(
+        backend_id, ds, log, _rows_without_context(ds, read_row_edges(ds), log.load()),
+        lambda prof, t, row: _profile_row_in_context(prof, t, row, runs), core=core,
+        deadline=deadline, progress=progress,
+        desc=f"profile rows in context ({backend_id})")
 
 
 def planned_boundary_work(backend_id: str, dataset_dir: str | os.PathLike, *,
