@@ -72,20 +72,16 @@ def calibrate(backend: str, per_family: int, runs: int) -> None:
 def profile_all_rows(backend: str, runs: int, minutes: float | None) -> None:
     import time
 
-    from nnmeter.predictors.boundary import measure_row_context, measure_row_edges
-    from nnmeter.predictors.dataset import KernelDataset
-    from nnmeter.predictors.facts import device_facts
+    from nnmeter.predictors.boundary import measure_row_profiles
 
     ds_dir = _own_dataset_pinned(backend)
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
-    out = measure_row_edges(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
-    print(f"{ds_dir.name}: {out['profiled']} rows profiled, {out['failed']} failed, "
-          f"{out['remaining']} left (run again to continue)")
-    facts = device_facts((KernelDataset(ds_dir, backend).meta() or {}).get("device"))
-    if facts.row_context and not out["remaining"]:
-        ctx = measure_row_context(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
-        print(f"{ds_dir.name}: {ctx['profiled']} rows profiled in context, {ctx['failed']} "
-              f"failed, {ctx['remaining']} left (run again to continue)")
+    out = measure_row_profiles(backend, ds_dir, runs=runs, deadline=deadline, progress=True)
+    for step, what in (("row_edges", "rows profiled"), ("row_context", "rows profiled in context")):
+        if step in out:
+            c = out[step]
+            print(f"{ds_dir.name}: {c['profiled']} {what}, {c['failed']} failed, "
+                  f"{c['remaining']} left (run again to continue)")
 
 
 def _predictor(backend: str, with_boundary: bool):  # noqa: ANN202

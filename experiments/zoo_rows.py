@@ -41,7 +41,7 @@ def main() -> None:
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
-    from nnmeter.builder import profile_configs
+    from nnmeter.builder import measured_keys, profile_configs
     from nnmeter.devices.datasets import own_dataset_dir
     from nnmeter.predictors import load_predictor
     from nnmeter.predictors.dataset import KernelDataset
@@ -55,8 +55,7 @@ def main() -> None:
                          f"{args.backend}` first")
     wanted = set(args.kernels.split(",")) if args.kernels else None
     pred = load_predictor(args.backend, dataset=ds_dir.name)
-    done = {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
-            if isinstance(r.get("config"), dict)}
+    done = measured_keys(ds)
     plan = plan_configs(pred, ds_dir, args.backend, limit=100_000, n_per_family=args.variants,
                         seed=SEED)
     todo = [(t, c) for t, c, why in plan if why == "zoo" and (t, config_key(c)) not in done

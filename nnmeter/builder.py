@@ -62,7 +62,8 @@ from nnmeter.sampling.prior import KernelPrior, config_key
 __all__ = ["calibrate", "pending_calibrations", "build_predictor", "BuildSettings",
            "BuildResult", "SamplingPlan", "collect_prior", "sample_kernel_type",
            "profile_kernel_types", "train_and_cache", "kernel_prior_from_zoo",
-           "importance_weights", "profile_configs", "build_by_transfer", "TransferResult"]
+           "importance_weights", "profile_configs", "measured_keys", "build_by_transfer",
+           "TransferResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -1179,6 +1180,15 @@ def _has_own_build(ds_dir: Path, backend_id: str) -> bool:
     return any(True for t in ds.kernel_types() for _ in ds.rows(t))
 
 
+def measured_keys(ds: KernelDataset) -> set[tuple[str, str]]:
+    """``(kernel type, config key)`` of every row the dataset holds, measured or failed
+    (a failed row is not retried)."""
+    from nnmeter.sampling.prior import config_key
+
+    return {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
+            if isinstance(r.get("config"), dict)}
+
+
 def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 10.0,
                    dataset: str | None = None, profiler: Any = None, progress: bool = True,
                    root: Any = None, limit: int = 1000) -> TransferResult:
@@ -1257,8 +1267,7 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         src_pred = load_predictor(src.backend_id, dataset=src.dataset_id, root=root)
         plan = plan_configs(src_pred, src.directory, backend_id, limit=limit)
         result.planned = len(plan)
-        done = {(t, config_key(r["config"])) for t in ds.kernel_types() for r in ds.rows(t)
-                if isinstance(r.get("config"), dict)}
+        done = measured_keys(ds)
         todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
         result.phases["plan"] = (time.monotonic() - t0) / 60
         measure_deadline = t0 + SAMPLE_SHARE * budget

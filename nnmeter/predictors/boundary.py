@@ -50,7 +50,7 @@ from nnmeter.predictors.dataset import ROW_CONTEXT_FILE, ROW_EDGES_FILE
 __all__ = ["BOUNDARY_FILE", "ROW_EDGES_FILE", "MIN_KERNEL_SHARE", "row_key", "read_row_edges",
            "row_edge_shares", "measure_row_edges", "planned_row_edges", "ROW_CONTEXT_FILE",
            "CONTEXT_FAMILIES", "MAX_CONTEXT_SHARE", "context_graph", "read_row_context",
-           "measure_row_context", "planned_row_context", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
+           "measure_row_context", "planned_row_context", "measure_row_profiles", "FLOOR_SHARE", "LAYOUT_OPS", "BoundaryPoint", "boundary_elements",
            "fit_boundary", "boundary_cost_ms", "measure_boundary", "planned_boundary_work",
            "write_boundary", "read_boundary", "remove_boundary", "select_calibration_rows"]
 
@@ -301,11 +301,8 @@ def row_edge_shares(points: dict[str, BoundaryPoint], kernel_type: str,
         p = points.get(key)
         if p is not None and p.kernel_ms + p.boundary_ms > 0:
             ctx = context.get(key)
-            if ctx is not None:
-                out[i] = min(max(ctx / (p.kernel_ms + p.boundary_ms), MIN_KERNEL_SHARE),
-                             MAX_CONTEXT_SHARE)
-            else:
-                out[i] = max(p.kernel_ms / (p.kernel_ms + p.boundary_ms), MIN_KERNEL_SHARE)
+            share = (ctx if ctx is not None else p.kernel_ms) / (p.kernel_ms + p.boundary_ms)
+            out[i] = min(max(share, MIN_KERNEL_SHARE), MAX_CONTEXT_SHARE)
     return out
 
 
@@ -543,6 +540,25 @@ def measure_row_context(backend_id: str, dataset_dir: str | os.PathLike, *, runs
         lambda prof, t, row: _profile_row_in_context(prof, t, row, runs), core=core,
         deadline=deadline, progress=progress,
         desc=f"profile rows in context ({backend_id})")
+
+
+def measure_row_profiles(backend_id: str, dataset_dir: str | os.PathLike, *, runs: int = 10,
+                         core: int | str | None = "auto", deadline: float | None = None,
+                         progress: bool = False) -> dict[str, dict[str, int]]:
+    """Every row's own edges (:func:`measure_row_edges`), then, once all rows have them
+    and the dataset's runtime facts say ``row_context``, the in-context times
+    (:func:`measure_row_context`, which reads those profiles). Returns
+    ``{"row_edges": counts}`` plus ``"row_context": counts`` when that step ran."""
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.facts import device_facts
+
+    out = {"row_edges": measure_row_edges(backend_id, dataset_dir, runs=runs, core=core,
+                                          deadline=deadline, progress=progress)}
+    meta = KernelDataset(Path(dataset_dir), backend_id).meta() or {}
+    if device_facts(meta.get("device")).row_context and not out["row_edges"]["remaining"]:
+        out["row_context"] = measure_row_context(backend_id, dataset_dir, runs=runs, core=core,
+                                                 deadline=deadline, progress=progress)
+    return out
 
 
 def planned_boundary_work(backend_id: str, dataset_dir: str | os.PathLike, *,

@@ -281,14 +281,17 @@ def test_the_memo_returns_one_predictor_until_its_files_change(root, rules_env):
     assert load_predictor("ort-cpu", root=root) is not first
 
 
+class _Reg:
+    """A fitted regressor as the estimator choice sees it: only its input width."""
+
+    def __init__(self, width):
+        self.n_features_in_ = width
+
+
 def test_a_family_regressor_of_another_feature_layout_is_not_used():
     """``mul-add-relu`` (an SE gate with its residual add; 23 model inputs) has no data
     on a backend whose ``mul`` family regressor was fitted on plain ``mul`` (11): the
     fallback estimates it instead of a shape error (seresnet18 on openvino-cpu-f32)."""
-    class _Reg:
-        def __init__(self, width):
-            self.n_features_in_ = width
-
     pred = LatencyPredictor("ort-cpu", RULES, {"family:mul": _Reg(11), "fallback": _Reg(4)})
     assert pred._estimator_key("mul", "mul") == "family:mul"
     assert pred._estimator_key("mul-add-relu", "mul") == "fallback"
@@ -298,10 +301,6 @@ def test_a_type_with_rows_but_no_regressor_uses_its_own_scaled_fallback():
     """A type whose few rows are not enough for a regressor of its own (a NAS-Bench-201
     ``add`` on OpenVINO) gets the fallback scaled to those rows; a type with no rows at
     all keeps the plain fallback."""
-    class _Reg:
-        def __init__(self, width):
-            self.n_features_in_ = width
-
     pred = LatencyPredictor("ort-cpu", RULES, {"fallback": _Reg(2), "fallback:add": _Reg(2)})
     assert pred._estimator_key("add", "add") == "fallback:add"
     assert pred._estimator_key("relu", "activation") == "fallback"

@@ -111,8 +111,8 @@ class EdgesTerm(Term):
         its own edges in training, not the fit's; then (``row_context``) profile the
         layout-following rows that ran in the plain layout between two convolutions
         (:func:`~nnmeter.predictors.boundary.measure_row_context`)."""
-        from nnmeter.predictors.boundary import measure_boundary, measure_row_context, \
-            measure_row_edges, read_boundary
+        from nnmeter.predictors.boundary import measure_boundary, measure_row_profiles, \
+            read_boundary
         from nnmeter.predictors.dataset import KernelDataset
         from nnmeter.predictors.facts import device_facts
 
@@ -123,14 +123,9 @@ class EdgesTerm(Term):
                                       progress=progress)
         # else: a complete fit, called again for the rows added since (unfinished)
         meta = ds.meta() or {}
-        facts = device_facts(meta.get("device"))
-        if not record.get("partial") and facts.row_edges:
-            rows = measure_row_edges(backend_id, dataset_dir, deadline=deadline,
-                                     progress=progress)
-            record["row_edges"] = rows
-            if facts.row_context and not rows["remaining"]:
-                record["row_context"] = measure_row_context(
-                    backend_id, dataset_dir, deadline=deadline, progress=progress)
+        if not record.get("partial") and device_facts(meta.get("device")).row_edges:
+            record.update(measure_row_profiles(backend_id, dataset_dir, deadline=deadline,
+                                               progress=progress))
         return record
 
     @classmethod
