@@ -7,9 +7,14 @@ keeps each model's fastest pass (``add_in_model_pass``). Run it in a later sessi
 predict as usual: the predictor cache key covers the record, so the next prediction
 refits the term.
 
+``--variants N`` first measures the calibration models of N a family (a build measures 3)
+that the record lacks and adds them (``extend_in_model``); the pass then covers them
+too. A term with more coefficients than a few dozen models pin down needs them.
+
 Usage::
 
   flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend ort-cpu
+  flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend mnn-cpu --variants 6
 
 Prints each model's passes and how far the new pass is from the earlier fastest.
 """
@@ -26,14 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="ort-cpu")
+    ap.add_argument("--variants", type=int, default=None, metavar="N",
+                    help="first add the calibration models of N a family the record lacks")
+    ap.add_argument("--no-pass", action="store_true",
+                    help="with --variants: add the models, without another pass over all")
     args = ap.parse_args()
+    if args.variants is not None and args.variants < 1:
+        ap.error(f"--variants must be at least 1, not {args.variants}")
+    if args.no_pass and args.variants is None:
+        ap.error("--no-pass only goes with --variants")
 
     from nnmeter.devices.datasets import own_dataset_dir
-    from nnmeter.predictors.in_model import add_in_model_pass
+    from nnmeter.predictors.in_model import add_in_model_pass, extend_in_model
 
     # this machine's own dataset only: a pass measured here belongs to no other device
     directory = own_dataset_dir(args.backend)
-    rec = add_in_model_pass(args.backend, directory, progress=True)
+    if args.variants is not None:
+        rec = extend_in_model(args.backend, directory, variants=args.variants, progress=True)
+        print(f"{directory.name}: {len(rec['points'])} in-model calibration models")
+    if not args.no_pass:
+        rec = add_in_model_pass(args.backend, directory, progress=True)
     ratios = []
     for p in rec["points"]:
         passes = p.get("passes") or [p["latency_ms"]]

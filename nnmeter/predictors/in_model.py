@@ -29,7 +29,10 @@ that is what the Xeon showed: a multiplicative factor per group (tried first) fi
 the light calibration models but over-predicted large compute-bound convolutions by
 10-17 % (44 % of the seed-1000 design set within ±10 % for the full build, 44 % for the
 transfer), where the per-byte form put 54 % and 71 % within ±10 %. A device where
-kernels behave alike in and out of a model gets coefficients near 0.
+kernels behave alike in and out of a model gets coefficients near 0. Where it predicts
+the models left out one by one clearly better (:data:`FORM_TOLERANCE`), a fixed cost per
+kernel of each group joins the cost per megabyte (:func:`per_kernel_columns`); the fit
+floors every kernel at half its time, as the prediction does (:class:`KernelTable`).
 
 The same models first fit the share of a matrix product's weight fetch that shows
 inside a model (:func:`~nnmeter.predictors.terms.in_model.fit_gemm_fetch`), and the
@@ -70,9 +73,10 @@ from nnmeter.errors import DatasetError
 __all__ = ["IN_MODEL_FILE", "GROUPS", "ATTENTION_FAMILIES", "VARIANTS", "SEED", "MAX_GFLOPS", "RIDGE", "RIDGES",
            "RIDGE_TOLERANCE", "choose_ridge", "group_of",
            "kernel_group",
-           "calibration_models", "ATTENTION_TYPES", "wants_transformers", "planned_in_model_work",
+           "calibration_models", "extend_in_model", "ATTENTION_TYPES", "wants_transformers", "planned_in_model_work",
            "measure_in_model",
-           "read_in_model", "add_in_model_pass", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS"]
+           "read_in_model", "add_in_model_pass", "KernelTable", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS",
+           "per_kernel_columns", "SCALE_MS_PER_KERNEL", "BOUNDS_PER_KERNEL", "FORM_TOLERANCE"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +122,35 @@ RIDGE_TOLERANCE = 0.01
 SCALE_MS_PER_MB = 0.02
 #: the coefficients are kept within (ms per MB); a kernel keeps at least half its time
 BOUNDS = (-0.02, 0.2)
+#: the per-kernel cost of :func:`per_kernel_columns`: its scale (ms; 10 us) and bounds
+SCALE_MS_PER_KERNEL = 0.01
+BOUNDS_PER_KERNEL = (-0.01, 0.05)
+#: the per-kernel form (twice the coefficients) is kept only where its leave-one-out rms
+#: log error is below the per-megabyte form's by more than this share. On
+#: epyc-zen4-avx512-2c, 71 calibration models each: openvino-cpu-f32 0.067 against
+#: 0.079 (development sets within ±10 %: seed 1000 73.1 -> 82.7 %, seed 2000
+#: 76.9 -> 90.4 %); mnn-cpu 0.0711 against 0.0723, where it moved seed 1000 from 80.8 to
+#: 76.9 % (MAPE 6.4 -> 7.1 %) and left seed 2000 at 75.0 %
+FORM_TOLERANCE = 0.05
+
+
+def per_kernel_columns(groups: int) -> dict[str, Any]:
+    """:func:`fit_per_mb`'s ``scale`` and ``bounds`` for a matrix of ``groups`` columns of
+    megabytes followed by ``groups`` columns of kernel counts: the per-kernel form of
+    the term, ``ms += b_g * MB + a_g`` per kernel.
+
+    OpenVINO runs every node of a model through its executor: on epyc-zen4-avx512-2c
+    openvino-cpu-f32's kernels summed to 0.6-0.8x the measured time of a MobileNet
+    while a VGG's summed to 1.0x, which a cost per megabyte alone cannot give both
+    (:func:`~nnmeter.predictors.terms.in_model.fit_in_model` keeps this form only where
+    it predicts the calibration models better, left out one by one).
+
+    >>> per_kernel_columns(2)["scale"].tolist()
+    [0.02, 0.02, 0.01, 0.01]
+    """
+    return {"scale": np.r_[np.full(groups, SCALE_MS_PER_MB), np.full(groups, SCALE_MS_PER_KERNEL)],
+            "bounds": (np.r_[np.full(groups, BOUNDS[0]), np.full(groups, BOUNDS_PER_KERNEL[0])],
+                       np.r_[np.full(groups, BOUNDS[1]), np.full(groups, BOUNDS_PER_KERNEL[1])])}
 
 
 def group_of(kernel_type: str, kernel_size: int | None = None, rows: int | None = None) -> str:
@@ -145,11 +178,15 @@ def kernel_group(kernel: Any) -> str:
     return group_of(kernel.type, size, getattr(kernel.config, "rows", None))
 
 
-def calibration_models(*, transformers: bool = True) -> list[Any]:
+def calibration_models(*, transformers: bool = True, variants: int = VARIANTS) -> list[Any]:
     """The zoo variants the calibration measures, round-robin over the families (so a
     calibration cut short still covers every family it reached): per family the first
-    :data:`VARIANTS` of :data:`DRAWN` drawn with seed :data:`SEED` that are under
-    :data:`MAX_GFLOPS`; the transformer families only with ``transformers``."""
+    ``variants`` (:data:`VARIANTS` in a build) of :data:`DRAWN` (at least twice
+    ``variants``) drawn with seed :data:`SEED` that are under :data:`MAX_GFLOPS`; the
+    transformer families only with ``transformers``. The draw is the same sequence for
+    every ``variants``, so a larger set holds the build's (:func:`extend_in_model`)."""
+    if variants < 1:
+        raise ValueError(f"calibration_models: variants must be at least 1, not {variants}")
     from nnmeter import zoo
     from nnmeter.ir.cost import graph_cost
 
@@ -160,8 +197,9 @@ def calibration_models(*, transformers: bool = True) -> list[Any]:
     for fam in (*zoo.FAMILY_NAMES, *(zoo.TRANSFORMER_FAMILIES if transformers else ())):
         # three families whose kernels all share two groups (fc, attention) get twice the
         # models of a CNN family, drawn from twice as many
-        n, drawn = ((2 * VARIANTS, 2 * DRAWN) if fam in zoo.TRANSFORMER_FAMILIES
-                    else (VARIANTS, DRAWN))
+        drawn = max(DRAWN, 2 * variants)
+        n, drawn = ((2 * variants, 2 * drawn) if fam in zoo.TRANSFORMER_FAMILIES
+                    else (variants, drawn))
         keep = []
         for v in zoo.sample_variants(fam, drawn, seed=SEED):
             if len(keep) < n and graph_cost(v.build()).flops <= MAX_GFLOPS * 1e9:
@@ -323,6 +361,61 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
     return rec
 
 
+def extend_in_model(backend_id: str, dataset_dir: str | os.PathLike, *, variants: int,
+                    core: int | str | None = "auto", profiler: Any = None,
+                    progress: bool = False) -> dict[str, Any]:
+    """Measure, now, the :func:`calibration_models` of ``variants`` per family that the
+    dataset's in-model record lacks, and add them to it (a build measures
+    :data:`VARIANTS`; a term with more coefficients than a few dozen models pin down
+    needs more). The record is rewritten after every model, so a stopped run keeps what
+    it measured; ``variants_per_family`` says the larger set once it is complete.
+    Returns the record.
+
+    Raises
+    ------
+    DatasetError
+        If the dataset has no in-model record.
+    FingerprintMismatchError
+        If this device's fingerprint differs from the dataset's.
+    """
+    from tqdm import tqdm
+
+    from nnmeter.backends import Profiler
+    from nnmeter.predictors.calibration_points import refuse_other_device, write_record
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    rec = read_in_model(ds)
+    if rec is None:
+        raise DatasetError(f"{Path(dataset_dir) / IN_MODEL_FILE} does not exist or is not "
+                           f"applied; measure it with `nnmeter build -b {backend_id}` first")
+    have = {str(p["variant"]) for p in rec["points"]}
+    todo = [v for v in calibration_models(transformers=wants_transformers(ds), variants=variants)
+            if v.name not in have]
+    prof = None
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        for v in tqdm(todo, unit="model", disable=not progress,
+                      desc=f"more in-model models ({backend_id}, {variants} a family)"):
+            prof = prof or profiler or Profiler(backend_id, core=core)
+            m = prof.measure(v.build())
+            if not m.ok:
+                logger.warning("in-model extension: %s failed: %s", v.name, m.error)
+                continue
+            refuse_other_device(ds, m.device.fingerprint_id if m.device else None)
+            rec["points"].append({"variant": v.name, "family": v.family,
+                                  "latency_ms": float(m.latency_ms),
+                                  "spread": float(m.spread) if m.spread is not None else None,
+                                  "passes": [float(m.latency_ms)], "passed_at": [stamp]})
+            write_record(ds.directory, IN_MODEL_FILE, rec)
+    finally:
+        if prof is not None and profiler is None:
+            prof.close()
+    rec["variants_per_family"] = max(int(rec.get("variants_per_family") or VARIANTS), variants)
+    write_record(ds.directory, IN_MODEL_FILE, rec)
+    return rec
+
+
 def read_in_model(dataset: Any) -> dict[str, Any] | None:
     """The dataset's in-model record, or None when it has none (or says
     ``"apply": false``).
@@ -349,13 +442,75 @@ def read_in_model(dataset: Any) -> dict[str, Any] | None:
     return record
 
 
-def fit_per_mb(B: np.ndarray, base: np.ndarray, measured: np.ndarray, *,
-               ridge: float = RIDGE, scale: float = SCALE_MS_PER_MB,
-               bounds: tuple[float, float] = BOUNDS) -> list[float]:
+class KernelTable:
+    """The calibration models as the in-model fit sees them: every kernel's time before
+    the term (``ms``, > 0), its row of ``X`` (the columns the coefficients multiply: the
+    MB it moves in its group's column, and a 1 in its group's count column for the
+    per-kernel form) and its model's index (``model``); ``rest``: per model, what its
+    total holds beyond its kernels (the once-per-model terms). A model's total under
+    coefficients ``c`` is what the term predicts: ``rest + sum max(ms + X @ c, ms / 2)``.
+
+    >>> t = KernelTable(np.array([[1.0], [2.0], [4.0]]), np.array([1.0, 1.0, 2.0]),
+    ...                 np.array([0, 0, 1]), np.array([0.5, 0.0]))
+    >>> t.totals(np.array([0.5])).tolist(), t.totals(np.array([-1.0])).tolist()
+    ([4.0, 4.0], [1.5, 1.0])
+    """
+
+    def __init__(self, X: np.ndarray, ms: np.ndarray, model: np.ndarray,
+                 rest: np.ndarray) -> None:
+        self.X = np.asarray(X, float)
+        self.ms = np.asarray(ms, float)
+        self.model = np.asarray(model, int)
+        self.rest = np.asarray(rest, float)
+        if self.X.ndim != 2 or len(self.X) != len(self.ms) or len(self.model) != len(self.ms):
+            raise ValueError(f"KernelTable: X {self.X.shape}, ms {self.ms.shape}, model "
+                             f"{self.model.shape} disagree")
+        if (self.ms <= 0).any():
+            raise ValueError("KernelTable: every kernel time must be positive")
+
+    @classmethod
+    def from_matrix(cls, B: np.ndarray, base: np.ndarray) -> "KernelTable":
+        """Each model as one kernel: its prediction without the term (``base``) and its
+        row of ``B`` (models x columns)."""
+        B = np.asarray(B, float)
+        base = np.asarray(base, float)
+        if B.ndim != 2 or len(B) != len(base):
+            raise ValueError(f"fit_per_mb: B {B.shape}, base {base.shape} disagree")
+        if (base <= 0).any():
+            raise ValueError("fit_per_mb: every measured and base time must be positive")
+        return cls(B, base, np.arange(len(base)), np.zeros(len(base)))
+
+    @property
+    def models(self) -> int:
+        return len(self.rest)
+
+    def columns(self, cols: Any) -> "KernelTable":
+        """The same kernels with only the columns ``cols`` of ``X``."""
+        return KernelTable(self.X[:, cols], self.ms, self.model, self.rest)
+
+    def take(self, keep: np.ndarray) -> "KernelTable":
+        """The models where ``keep`` (a boolean mask over the models) holds, renumbered."""
+        keep = np.asarray(keep, bool)
+        new = np.cumsum(keep) - 1
+        rows = keep[self.model]
+        return KernelTable(self.X[rows], self.ms[rows], new[self.model[rows]], self.rest[keep])
+
+    def totals(self, coef: np.ndarray) -> np.ndarray:
+        t = np.maximum(self.ms + self.X @ np.asarray(coef, float), 0.5 * self.ms)
+        return self.rest + np.bincount(self.model, t, minlength=self.models)
+
+
+def fit_per_mb(B: Any, base: np.ndarray | None, measured: np.ndarray, *,
+               ridge: float = RIDGE, scale: Any = SCALE_MS_PER_MB,
+               bounds: tuple[Any, Any] = BOUNDS) -> list[float]:
     """One coefficient (ms per MB) per column of ``B`` (models x groups: the MB each
     group's kernels move in each model) minimising ``sum_m log((base_m + B_m . b) /
     measured_m)^2 + ridge * sum_g (b_g / scale)^2`` within ``bounds``; a group that moves
     nothing in any model gets 0. ``base`` is each model's prediction without the term.
+    ``B`` may instead be a :class:`KernelTable` (``base`` None): each kernel is then
+    floored at half its time, as the term does when it predicts. ``scale`` and either
+    bound may be one value per column (a column of kernel counts beside the megabytes:
+    :func:`per_kernel_columns`).
 
     Raises
     ------
@@ -364,35 +519,41 @@ def fit_per_mb(B: np.ndarray, base: np.ndarray, measured: np.ndarray, *,
     """
     from scipy.optimize import least_squares
 
-    B = np.asarray(B, float)
-    base = np.asarray(base, float)
+    table = B if isinstance(B, KernelTable) else KernelTable.from_matrix(B, base)
     measured = np.asarray(measured, float)
-    if B.ndim != 2 or len(B) != len(base) or len(B) != len(measured):
-        raise ValueError(f"fit_per_mb: B {B.shape}, base {base.shape}, measured "
-                         f"{measured.shape} disagree")
-    if (measured <= 0).any() or (base <= 0).any():
+    if len(measured) != table.models:
+        raise ValueError(f"fit_per_mb: {table.models} models, measured {measured.shape} "
+                         f"disagree")
+    if (measured <= 0).any():
         raise ValueError("fit_per_mb: every measured and base time must be positive")
-    live = B.sum(axis=0) > 0
-    out = np.zeros(B.shape[1])
+    cols = table.X.shape[1]
+    live = table.X.sum(axis=0) > 0
+    out = np.zeros(cols)
     if live.any():
-        Bl = B[:, live]
+        sc = np.broadcast_to(np.asarray(scale, float), (cols,))[live]
+        lo = np.broadcast_to(np.asarray(bounds[0], float), (cols,))[live]
+        hi = np.broadcast_to(np.asarray(bounds[1], float), (cols,))[live]
+        full = np.zeros(cols)
 
         def residuals(b: np.ndarray) -> np.ndarray:
-            pred = np.maximum(base + Bl @ b, 0.5 * base)
-            return np.concatenate([np.log(pred / measured), math.sqrt(ridge) * b / scale])
+            full[live] = b
+            pred = table.totals(full)
+            return np.concatenate([np.log(pred / measured), math.sqrt(ridge) * b / sc])
 
-        sol = least_squares(residuals, np.zeros(int(live.sum())), bounds=bounds)
+        sol = least_squares(residuals, np.zeros(int(live.sum())), bounds=(lo, hi))
         out[live] = sol.x
     return [float(x) for x in out]
 
 
-def choose_ridge(B: np.ndarray, base: np.ndarray, measured: np.ndarray,
+def choose_ridge(B: Any, base: np.ndarray | None, measured: np.ndarray,
                  ridges: tuple[float, ...] = RIDGES,
-                 tolerance: float = RIDGE_TOLERANCE) -> tuple[float, dict[float, float]]:
+                 tolerance: float = RIDGE_TOLERANCE,
+                 **fit: Any) -> tuple[float, dict[float, float]]:
     """The pull of :func:`fit_per_mb` for these models: each of ``ridges`` is scored by
     the rms log error of every model predicted by a fit on the others (leave-one-out),
     and the strongest within ``tolerance`` (relative) of the best is kept. Returns it
-    and every pull's score. Fewer than 3 models: :data:`RIDGE`, no scores.
+    and every pull's score. Fewer than 3 models: :data:`RIDGE`, no scores. ``B`` and
+    ``base`` as :func:`fit_per_mb` takes them; ``fit``: its ``scale`` and ``bounds``.
 
     >>> import numpy as np
     >>> B = np.array([[10.0], [20.0], [5.0], [8.0]])
@@ -402,8 +563,7 @@ def choose_ridge(B: np.ndarray, base: np.ndarray, measured: np.ndarray,
     >>> choose_ridge(B, base, base * np.array([1.01, 0.99, 1.0, 1.0]))[0]   # noise
     100.0
     """
-    B = np.asarray(B, float)
-    base = np.asarray(base, float)
+    table = B if isinstance(B, KernelTable) else KernelTable.from_matrix(B, base)
     measured = np.asarray(measured, float)
     n = len(measured)
     if n < 3:
@@ -413,8 +573,8 @@ def choose_ridge(B: np.ndarray, base: np.ndarray, measured: np.ndarray,
         sq = []
         for i in range(n):
             keep = np.arange(n) != i
-            coef = np.array(fit_per_mb(B[keep], base[keep], measured[keep], ridge=ridge))
-            pred = max(base[i] + B[i] @ coef, 0.5 * base[i])
+            coef = fit_per_mb(table.take(keep), None, measured[keep], ridge=ridge, **fit)
+            pred = table.take(~keep).totals(np.array(coef))[0]
             sq.append(math.log(pred / measured[i]) ** 2)
         scores[ridge] = math.sqrt(sum(sq) / n)
     best = min(scores.values())

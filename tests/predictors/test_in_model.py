@@ -333,3 +333,134 @@ def test_a_devices_share_of_the_matrix_product_fetch_is_fitted_on_whole_models()
     # too few models the share moves: unchanged, nothing recorded
     few = fit_gemm_fetch(_FetchPredictor(term), rows[:MIN_GEMM_MODELS - 1])
     assert few.composition.get("weight_refetch") == term and "gemm_fetch" not in few.meta
+
+
+def test_a_kernel_table_floors_each_kernel_and_keeps_models_apart():
+    from nnmeter.predictors.in_model import KernelTable
+
+    # two models: kernels (1 ms, 2 MB) and (1 ms, 4 MB) in the first, one (2 ms, 0 MB)
+    # in the second, which also holds 0.5 ms of once-per-model terms
+    t = KernelTable(np.array([[2.0, 1.0], [4.0, 1.0], [0.0, 1.0]]), np.array([1.0, 1.0, 2.0]),
+                    np.array([0, 0, 1]), np.array([0.0, 0.5]))
+    assert t.totals(np.array([0.1, 0.0])).tolist() == pytest.approx([2.6, 2.5])
+    # a cost that would take a kernel below half its time stops there, kernel by kernel
+    assert t.totals(np.array([-1.0, 0.0])).tolist() == pytest.approx([1.0, 2.5])
+    assert t.totals(np.array([0.0, 0.01])).tolist() == pytest.approx([2.02, 2.51])
+    second = t.take(np.array([False, True]))
+    assert second.models == 1 and second.totals(np.zeros(2)).tolist() == [2.5]
+    assert t.columns(slice(0, 1)).X.shape == (3, 1)
+    with pytest.raises(ValueError, match="positive"):
+        KernelTable(np.zeros((1, 1)), np.array([0.0]), np.array([0]), np.array([0.0]))
+    with pytest.raises(ValueError, match="disagree"):
+        KernelTable(np.zeros((2, 1)), np.array([1.0]), np.array([0]), np.array([0.0]))
+
+
+def test_a_per_kernel_cost_is_recovered_beside_the_per_mb_one():
+    from nnmeter.predictors.in_model import KernelTable, choose_ridge, per_kernel_columns
+
+    rng = np.random.default_rng(1)
+    groups, X, ms, model, measured = 2, [], [], [], []
+    truth = np.array([0.02, 0.0, 0.04, 0.01])  # ms per MB, then ms per kernel
+    for m in range(40):
+        total = 0.1
+        for _ in range(int(rng.integers(5, 40))):
+            g, mb, t = int(rng.integers(0, groups)), rng.uniform(0.1, 3.0), rng.uniform(0.01, 1.0)
+            x = np.zeros(2 * groups)
+            x[g], x[groups + g] = mb, 1.0
+            X.append(x), ms.append(t), model.append(m)
+            total += t + x @ truth
+        measured.append(total)
+    table = KernelTable(np.array(X), np.array(ms), np.array(model), np.full(40, 0.1))
+    cols = per_kernel_columns(groups)
+    coef = fit_per_mb(table, None, np.array(measured), ridge=0.0, **cols)
+    assert coef == pytest.approx(truth.tolist(), abs=2e-4)
+    # leaving one model out, the form with the per-kernel columns predicts far better
+    _, with_k = choose_ridge(table, None, np.array(measured), ridges=(1e-6,), **cols)
+    _, mb_only = choose_ridge(table.columns(slice(0, groups)), None, np.array(measured),
+                              ridges=(1e-6,))
+    assert with_k[1e-6] < 0.1 * mb_only[1e-6]
+
+
+def test_a_predictor_takes_the_per_kernel_form_only_where_models_show_it(world):
+    """A device that pays a fixed cost per kernel inside a model gets ``ms_per_kernel``;
+    one whose models take what their kernels say keeps the per-megabyte form alone."""
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    plain = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+    names = [m.name for m in calibration_models(variants=6)
+             if m.family in ("nasbench201", "resnet", "squeezenet", "mobilenetv2")]
+    graphs = [get_variant(n).build() for n in names]
+
+    def record(extra):
+        truth = [plain.predict(g, check_device=False).total_ms + extra(plain.kernels(g))
+                 for g in graphs]
+        rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+               "points": [{"variant": n, "latency_ms": ms} for n, ms in zip(names, truth)]}
+        (d / IN_MODEL_FILE).write_text(json.dumps(rec))
+        clear_memo()
+        return truth
+
+    try:
+        # 0.2 ms more for every spatial convolution, whatever it moves
+        truth = record(lambda ks: 0.2 * sum(kernel_group(k) == "conv" for k in ks))
+        fitted = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+        meta = fitted.meta["in_model"]
+        # a few models whose groups' counts go together: the ridge and the correlated
+        # groups share the cost, but the per-kernel form is taken and predicts better
+        assert meta["ms_per_kernel"]["conv"] > 0, meta
+        assert min(meta["per_kernel_loo_rms_log"].values()) < \
+            0.5 * min(meta["ridge_loo_rms_log"].values())
+        got = np.array([fitted.predict(g, check_device=False).total_ms for g in graphs])
+        plain_got = np.array([plain.predict(g, check_device=False).total_ms for g in graphs])
+        rms = lambda p: float(np.sqrt(np.mean(np.log(p / np.array(truth)) ** 2)))  # noqa: E731
+        assert rms(got) < 0.5 * rms(plain_got)
+        row = next(t for t in fitted.predict(graphs[0], check_device=False).terms
+                   if t.name == "in_model")
+        assert row.kernels > 0
+        # models that take what their kernels say: the per-megabyte form alone, near 0
+        record(lambda ks: 0.0)
+        fitted = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+        assert fitted.meta["in_model"]["ms_per_kernel"] == {}
+        assert max(map(abs, fitted.meta["in_model"]["ms_per_mb"].values())) < 1e-3
+    finally:
+        (d / IN_MODEL_FILE).unlink()
+        clear_memo()
+
+
+def test_more_calibration_models_are_added_to_the_record(world):
+    """extend_in_model measures the larger set's models the record lacks, after the
+    build's own, and keeps what was there; no record is a clear error."""
+    from nnmeter.errors import DatasetError
+    from nnmeter.predictors.in_model import VARIANTS, extend_in_model
+
+    with pytest.raises(ValueError, match="at least 1"):
+        calibration_models(variants=0)
+    build_set = [m.name for m in calibration_models(transformers=False)]
+    larger = [m.name for m in calibration_models(transformers=False, variants=VARIANTS + 1)]
+    assert set(build_set) < set(larger)
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    with pytest.raises(DatasetError, match="in_model.json"):
+        extend_in_model("ort-cpu", d, variants=4, profiler=LinearProfiler())
+    rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+           "variants_per_family": VARIANTS,
+           "points": [{"variant": n, "latency_ms": 1.0} for n in build_set]}
+    (d / IN_MODEL_FILE).write_text(json.dumps(rec))
+    try:
+        prof = LinearProfiler()
+        got = extend_in_model("ort-cpu", d, variants=VARIANTS + 1, profiler=prof)
+        assert prof.calls == len(larger) - len(build_set)
+        on_disk = json.loads((d / IN_MODEL_FILE).read_text())
+        assert on_disk == got and on_disk["variants_per_family"] == VARIANTS + 1
+        assert [p["variant"] for p in on_disk["points"]][:len(build_set)] == build_set
+        assert {p["variant"] for p in on_disk["points"]} == set(larger)
+        assert all(p["latency_ms"] == 1.0 for p in on_disk["points"][:len(build_set)])
+        added = on_disk["points"][len(build_set):]
+        assert all(p["passes"] == [p["latency_ms"]] and p["latency_ms"] > 0 for p in added)
+        # nothing left to add: nothing measured
+        prof2 = LinearProfiler()
+        extend_in_model("ort-cpu", d, variants=VARIANTS + 1, profiler=prof2)
+        assert prof2.calls == 0
+    finally:
+        (d / IN_MODEL_FILE).unlink()
+        clear_memo()

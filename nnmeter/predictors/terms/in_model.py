@@ -1,5 +1,6 @@
-"""Kernels inside a whole model: a per-group factor on kernel times, fitted on whole
-models measured on the device (:mod:`nnmeter.predictors.in_model` says why and how)."""
+"""Kernels inside a whole model: a per-group cost per megabyte (and, where it predicts
+better, per kernel) on kernel times, fitted on whole models measured on the device
+(:mod:`nnmeter.predictors.in_model` says why and how)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ class InModelTerm(Term):
     :data:`~nnmeter.predictors.in_model.GROUPS` costs inside a model per megabyte it
     moves, on top of its time alone (never below half of it); ``models``: how many
     measured models they were fitted on; ``llc_bytes``: kernels that alone move more
-    than the last-level cache pay nothing (see :func:`charged_mb`).
+    than the last-level cache pay nothing (see :func:`charged_mb`); ``ms_per_kernel``:
+    (group, ms) pairs, what each kernel of a group costs more inside a model whatever
+    it moves (empty where the per-megabyte form alone predicts the calibration models
+    as well, :func:`fit_in_model`).
 
     It is fitted after the regressors (:func:`fit_in_model` needs the predictor's own
     estimates of the measured models), so :meth:`fit` in the composition's pass returns
@@ -39,6 +43,9 @@ class InModelTerm(Term):
     (0.01, 0.0, 0.02)
     >>> t.in_model_ms(0.1, 2e6, 0.02), t.in_model_ms(0.1, 2e6, -0.2)
     (0.14, 0.05)
+    >>> u = InModelTerm((("dwconv", 0.01),), 30, ms_per_kernel=(("dwconv", 0.005),))
+    >>> round(u.in_model_ms(0.1, 2e6, 0.01, 0.005), 4)
+    0.125
     """
 
     ms_per_mb: tuple[tuple[str, float], ...]
@@ -47,6 +54,7 @@ class InModelTerm(Term):
     #: limit) was measured with its weights coming from memory already: it pays nothing
     #: more inside a model (AlexNet's and VGG's 100-MB classifier layers)
     llc_bytes: float = 0.0
+    ms_per_kernel: tuple[tuple[str, float], ...] = ()
 
     name: ClassVar[str] = "in_model"
     label: ClassVar[str] = "kernels inside the model (fitted on measured models)"
@@ -63,6 +71,9 @@ class InModelTerm(Term):
         # own (``gemm``) gave them the ``fc`` coefficient
         groups.setdefault("gemm", groups.get("fc", 0.0))
         object.__setattr__(self, "_groups", groups)
+        per_kernel = {str(g): float(a) for g, a in self.ms_per_kernel}
+        per_kernel.setdefault("gemm", per_kernel.get("fc", 0.0))
+        object.__setattr__(self, "_per_kernel", per_kernel)
 
     @classmethod
     def wanted(cls, facts: DeviceFacts) -> bool:
@@ -93,13 +104,16 @@ class InModelTerm(Term):
         return self._groups.get(group_of(kernel_type, kernel_size, rows), 0.0)  # type: ignore[attr-defined]
 
     @staticmethod
-    def in_model_ms(ms: float, memory_bytes: float, per_mb: float) -> float:
-        """A kernel's time inside a model: ``ms`` plus ``per_mb`` per MB it moves,
-        never below half of ``ms``."""
-        return max(ms + per_mb * memory_bytes / 1e6, 0.5 * ms)
+    def in_model_ms(ms: float, memory_bytes: float, per_mb: float,
+                    per_kernel: float = 0.0) -> float:
+        """A kernel's time inside a model: ``ms`` plus ``per_mb`` per MB it moves and
+        ``per_kernel``, never below half of ``ms``."""
+        return max(ms + per_mb * memory_bytes / 1e6 + per_kernel, 0.5 * ms)
 
     def _kernel(self, kernel: Any) -> tuple[float, float]:
-        """(ms per MB of its group, the MB it moves), cached per config."""
+        """(what it costs more inside a model at its time alone: its group's ms per MB
+        times the MB it moves plus its group's ms per kernel), cached per config; the
+        first is 0 when its group has neither coefficient."""
         key = (kernel.type, id(kernel.config))
         hit = self._by_kernel.get(key)  # type: ignore[attr-defined]
         if hit is None or hit[0] is not kernel.config:
@@ -108,10 +122,12 @@ class InModelTerm(Term):
             by = self._by_kernel  # type: ignore[attr-defined]
             if len(by) > 100_000:
                 by.clear()
-            b = self._groups.get(kernel_group(kernel), 0.0)  # type: ignore[attr-defined]
+            group = kernel_group(kernel)
+            b = self._groups.get(group, 0.0)  # type: ignore[attr-defined]
+            a = self._per_kernel.get(group, 0.0)  # type: ignore[attr-defined]
             mb = charged_mb(kernel.kernel_type.cost(kernel.config).memory_bytes,
                             self.llc_bytes) if b else 0.0
-            hit = by[key] = (kernel.config, b, mb)
+            hit = by[key] = (kernel.config, float(bool(b or a)), b * mb + a)
         return hit[1], hit[2]
 
     def adjust(self, view: ModelView) -> None:
@@ -119,9 +135,9 @@ class InModelTerm(Term):
         for j, k in enumerate(view.kernels):
             if not ms[j]:
                 continue
-            b, mb = self._kernel(k)
-            if b:
-                ms[j] = max(ms[j] + b * mb, 0.5 * ms[j])
+            live, more = self._kernel(k)
+            if live:
+                ms[j] = max(ms[j] + more, 0.5 * ms[j])
                 view.mark(j, self.name)
 
 
@@ -142,8 +158,8 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     """``pred`` with the in-model term appended to its composition when ``dataset``
     holds an in-model record (fitted on its models' predictions by ``pred`` itself);
     else ``pred`` unchanged."""
-    from nnmeter.predictors.in_model import GROUPS, choose_ridge, fit_per_mb, kernel_group, \
-        read_in_model
+    from nnmeter.predictors.in_model import FORM_TOLERANCE, GROUPS, KernelTable, \
+        choose_ridge, fit_per_mb, kernel_group, per_kernel_columns, read_in_model
     from nnmeter.zoo import get_variant
 
     rec = read_in_model(dataset)
@@ -178,26 +194,57 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     from nnmeter.predictors.facts import device_facts
 
     llc = float(device_facts(pred.device).llc_bytes or 0)
-    B = np.zeros((len(rows), len(GROUPS)))
+    g = len(GROUPS)
+    X, kernel_ms, model = [], [], []
     base = np.zeros(len(rows))
+    rest = np.zeros(len(rows))
     for i, (graph, _) in enumerate(rows):
-        base[i] = pred.predict(graph, check_device=False).total_ms
-        for k in pred.kernels(pred._for_backend(graph)):
-            B[i, GROUPS.index(kernel_group(k))] += \
-                charged_mb(k.kernel_type.cost(k.config).memory_bytes, llc)
+        report = pred.predict(graph, check_device=False)
+        base[i] = report.total_ms
+        rest[i] = report.total_ms
+        for k, row in zip(pred.kernels(pred._for_backend(graph)), report.rows):
+            if not row.predicted_ms > 0:
+                continue  # a kernel run inside another: the term leaves it at 0
+            x = np.zeros(2 * g)
+            j = GROUPS.index(kernel_group(k))
+            x[j] = charged_mb(k.kernel_type.cost(k.config).memory_bytes, llc)
+            x[g + j] = 1.0
+            X.append(x)
+            kernel_ms.append(row.predicted_ms)
+            model.append(i)
+            rest[i] -= row.predicted_ms
+    table = KernelTable(np.array(X).reshape(len(kernel_ms), 2 * g), np.array(kernel_ms),
+                        np.array(model), np.maximum(rest, 0.0))
     measured = np.array([ms for _, ms in rows])
-    ridge, scores = choose_ridge(B, base, measured)
-    coef = fit_per_mb(B, base, measured, ridge=ridge)
-    after = np.maximum(base + B @ np.array(coef), 0.5 * base)
+    mb_only = table.columns(slice(0, g))
+    ridge, scores = choose_ridge(mb_only, None, measured)
+    # the per-kernel form only where it predicts the models left out clearly better
+    # (FORM_TOLERANCE): it has twice the coefficients, and a few dozen models pin down few
+    per_kernel = per_kernel_columns(g)
+    ridge_k, scores_k = choose_ridge(table, None, measured, **per_kernel)
+    use_k = bool(scores and scores_k
+                 and scores_k[ridge_k] < scores[ridge] * (1 - FORM_TOLERANCE))
+    if use_k:
+        ridge, coef_all = ridge_k, fit_per_mb(table, None, measured, ridge=ridge_k,
+                                              **per_kernel)
+        coef, coef_k = coef_all[:g], coef_all[g:]
+        after = table.totals(np.array(coef_all))
+    else:
+        coef, coef_k = fit_per_mb(mb_only, None, measured, ridge=ridge), []
+        after = mb_only.totals(np.array(coef))
     before_err = float(np.median(np.abs(base - measured) / measured))
     after_err = float(np.median(np.abs(after - measured) / measured))
-    logger.info("in-model ms per MB %s from %d models, pull %g (median error %.1f%% -> "
-                "%.1f%%)", dict(zip(GROUPS, np.round(coef, 4))), len(rows), ridge,
-                100 * before_err, 100 * after_err)
-    term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows), llc)
+    logger.info("in-model ms per MB %s%s from %d models, pull %g (median error %.1f%% -> "
+                "%.1f%%)", dict(zip(GROUPS, np.round(coef, 4))),
+                f", ms per kernel {dict(zip(GROUPS, np.round(coef_k, 4)))}" if use_k else "",
+                len(rows), ridge, 100 * before_err, 100 * after_err)
+    term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows), llc,
+                       tuple(zip(GROUPS, coef_k)))
     pred.composition = Composition(tuple(pred.composition.terms) + (term,))
     pred.meta["in_model"] = {"ms_per_mb": dict(zip(GROUPS, coef)), "models": len(rows),
+                             "ms_per_kernel": dict(zip(GROUPS, coef_k)),
                              "ridge": ridge, "ridge_loo_rms_log": {str(k): v for k, v in scores.items()},
+                             "per_kernel_loo_rms_log": {str(k): v for k, v in scores_k.items()},
                              "median_error_before": before_err,
                              "median_error_after": after_err}
     return pred
