@@ -308,6 +308,19 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
     return rec
 
 
+def _existing_record(backend_id: str, dataset_dir: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
+    """The dataset in ``dataset_dir`` and its applied in-model record, which a further
+    pass or more models need (:class:`DatasetError` naming the file when there is none)."""
+    from nnmeter.predictors.dataset import KernelDataset
+
+    ds = KernelDataset(Path(dataset_dir), backend_id)
+    rec = read_in_model(ds)
+    if rec is None:
+        raise DatasetError(f"{Path(dataset_dir) / IN_MODEL_FILE} does not exist or is not "
+                           f"applied; measure it with `nnmeter build -b {backend_id}` first")
+    return ds, rec
+
+
 def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
                       core: int | str | None = "auto", profiler: Any = None,
                       progress: bool = False) -> dict[str, Any]:
@@ -331,14 +344,9 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
 
     from nnmeter.backends import Profiler
     from nnmeter.predictors.calibration_points import refuse_other_device, write_record
-    from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.zoo import get_variant
 
-    ds = KernelDataset(Path(dataset_dir), backend_id)
-    rec = read_in_model(ds)
-    if rec is None:
-        raise DatasetError(f"{Path(dataset_dir) / IN_MODEL_FILE} does not exist or is not "
-                           f"applied; measure it with `nnmeter build -b {backend_id}` first")
+    ds, rec = _existing_record(backend_id, dataset_dir)
     prof = profiler or Profiler(backend_id, core=core)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     try:
@@ -369,26 +377,15 @@ def extend_in_model(backend_id: str, dataset_dir: str | os.PathLike, *, variants
     :data:`VARIANTS`; a term with more coefficients than a few dozen models pin down
     needs more). The record is rewritten after every model, so a stopped run keeps what
     it measured; ``variants_per_family`` says the larger set once it is complete.
-    Returns the record.
-
-    Raises
-    ------
-    DatasetError
-        If the dataset has no in-model record.
-    FingerprintMismatchError
-        If this device's fingerprint differs from the dataset's.
+    Returns the record; raises as :func:`add_in_model_pass` does (no record, or
+    another device's).
     """
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
     from nnmeter.predictors.calibration_points import refuse_other_device, write_record
-    from nnmeter.predictors.dataset import KernelDataset
 
-    ds = KernelDataset(Path(dataset_dir), backend_id)
-    rec = read_in_model(ds)
-    if rec is None:
-        raise DatasetError(f"{Path(dataset_dir) / IN_MODEL_FILE} does not exist or is not "
-                           f"applied; measure it with `nnmeter build -b {backend_id}` first")
+    ds, rec = _existing_record(backend_id, dataset_dir)
     have = {str(p["variant"]) for p in rec["points"]}
     todo = [v for v in calibration_models(transformers=wants_transformers(ds), variants=variants)
             if v.name not in have]
