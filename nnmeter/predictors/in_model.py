@@ -238,6 +238,12 @@ def planned_in_model_work(backend_id: str, dataset_dir: str | os.PathLike) -> in
                    if v.name not in done)
 
 
+def _model_point(variant: Any, m: Any) -> dict[str, Any]:
+    """A calibration model's point of the record from its measurement ``m``."""
+    return {"variant": variant.name, "family": variant.family, "latency_ms": float(m.latency_ms),
+            "spread": float(m.spread) if m.spread is not None else None}
+
+
 def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
                      core: int | str | None = "auto", profiler: Any = None,
                      deadline: float | None = None, progress: bool = False) -> dict[str, Any]:
@@ -289,8 +295,7 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
                 continue
             fid = m.device.fingerprint_id if m.device is not None else fid
             refuse_other_device(ds, fid)
-            point = {"variant": v.name, "family": v.family, "latency_ms": float(m.latency_ms),
-                     "spread": float(m.spread) if m.spread is not None else None}
+            point = _model_point(v, m)
             points.append(point)
             log.append(v.name, point)
     finally:
@@ -400,10 +405,8 @@ def extend_in_model(backend_id: str, dataset_dir: str | os.PathLike, *, variants
                 logger.warning("in-model extension: %s failed: %s", v.name, m.error)
                 continue
             refuse_other_device(ds, m.device.fingerprint_id if m.device else None)
-            rec["points"].append({"variant": v.name, "family": v.family,
-                                  "latency_ms": float(m.latency_ms),
-                                  "spread": float(m.spread) if m.spread is not None else None,
-                                  "passes": [float(m.latency_ms)], "passed_at": [stamp]})
+            rec["points"].append({**_model_point(v, m), "passes": [float(m.latency_ms)],
+                                  "passed_at": [stamp]})
             write_record(ds.directory, IN_MODEL_FILE, rec)
     finally:
         if prof is not None and profiler is None:

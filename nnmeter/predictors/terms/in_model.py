@@ -66,14 +66,8 @@ class InModelTerm(Term):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "_by_kernel", {})
-        groups = {str(g): float(b) for g, b in self.ms_per_mb}
-        # a term fitted before fully connected layers over many rows had a group of their
-        # own (``gemm``) gave them the ``fc`` coefficient
-        groups.setdefault("gemm", groups.get("fc", 0.0))
-        object.__setattr__(self, "_groups", groups)
-        per_kernel = {str(g): float(a) for g, a in self.ms_per_kernel}
-        per_kernel.setdefault("gemm", per_kernel.get("fc", 0.0))
-        object.__setattr__(self, "_per_kernel", per_kernel)
+        object.__setattr__(self, "_groups", _by_group(self.ms_per_mb))
+        object.__setattr__(self, "_per_kernel", _by_group(self.ms_per_kernel))
 
     @classmethod
     def wanted(cls, facts: DeviceFacts) -> bool:
@@ -110,10 +104,10 @@ class InModelTerm(Term):
         ``per_kernel``, never below half of ``ms``."""
         return max(ms + per_mb * memory_bytes / 1e6 + per_kernel, 0.5 * ms)
 
-    def _kernel(self, kernel: Any) -> tuple[float, float]:
-        """(what it costs more inside a model at its time alone: its group's ms per MB
-        times the MB it moves plus its group's ms per kernel), cached per config; the
-        first is 0 when its group has neither coefficient."""
+    def _kernel(self, kernel: Any) -> tuple[bool, float]:
+        """(whether its group has a coefficient, what it costs more inside a model than
+        alone: its group's ms per MB times the MB it moves plus its group's ms per
+        kernel), cached per config."""
         key = (kernel.type, id(kernel.config))
         hit = self._by_kernel.get(key)  # type: ignore[attr-defined]
         if hit is None or hit[0] is not kernel.config:
@@ -127,7 +121,7 @@ class InModelTerm(Term):
             a = self._per_kernel.get(group, 0.0)  # type: ignore[attr-defined]
             mb = charged_mb(kernel.kernel_type.cost(kernel.config).memory_bytes,
                             self.llc_bytes) if b else 0.0
-            hit = by[key] = (kernel.config, float(bool(b or a)), b * mb + a)
+            hit = by[key] = (kernel.config, bool(b or a), b * mb + a)
         return hit[1], hit[2]
 
     def adjust(self, view: ModelView) -> None:
@@ -139,6 +133,14 @@ class InModelTerm(Term):
             if live:
                 ms[j] = max(ms[j] + more, 0.5 * ms[j])
                 view.mark(j, self.name)
+
+
+def _by_group(pairs: Any) -> dict[str, float]:
+    """(group, coefficient) pairs as a dict. A term fitted before fully connected layers
+    over many rows had a group of their own (``gemm``) gives them the ``fc`` one."""
+    out = {str(g): float(c) for g, c in pairs}
+    out.setdefault("gemm", out.get("fc", 0.0))
+    return out
 
 
 def charged_mb(memory_bytes: float, llc_bytes: float) -> float:
