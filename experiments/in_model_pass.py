@@ -15,6 +15,11 @@ Usage::
 
   flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend ort-cpu
   flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend mnn-cpu --variants 6
+  flock /tmp/nnmeter-measure.lock python experiments/in_model_pass.py --backend ort-cpu \
+      --dataset ort-cpu@xeon-f6m167-amx-2c-full
+
+``--dataset`` names another of this machine's datasets (a transfer or full build kept
+beside the shipped one); one of another device is refused, as a build refuses it.
 
 Prints each model's passes and how far the new pass is from the earlier fastest.
 """
@@ -33,6 +38,9 @@ def main() -> int:
     ap.add_argument("--backend", default="ort-cpu")
     ap.add_argument("--variants", type=int, default=None, metavar="N",
                     help="first add the calibration models of N a family the record lacks")
+    ap.add_argument("--dataset", default=None, metavar="ID",
+                    help="a dataset of this machine under datasets/kernels (default: "
+                         "<backend>@<this device>)")
     ap.add_argument("--no-pass", action="store_true",
                     help="with --variants: add the models, without another pass over all")
     args = ap.parse_args()
@@ -42,10 +50,18 @@ def main() -> int:
         ap.error("--no-pass only goes with --variants")
 
     from nnmeter.devices.datasets import own_dataset_dir
+    from nnmeter.predictors.dataset import kernel_dataset_dir
     from nnmeter.predictors.in_model import add_in_model_pass, extend_in_model
 
-    # this machine's own dataset only: a pass measured here belongs to no other device
-    directory = own_dataset_dir(args.backend)
+    # this machine's datasets only: a pass measured here belongs to no other device (the
+    # record's fingerprint is checked before anything is measured)
+    if args.dataset is None:
+        directory = own_dataset_dir(args.backend)
+    else:
+        directory = kernel_dataset_dir(args.dataset)
+        if not directory.is_dir():
+            ap.error(f"--dataset {args.dataset}: no such dataset under "
+                     f"{directory.parent}; `nnmeter devices` lists them")
     if args.variants is not None:
         rec = extend_in_model(args.backend, directory, variants=args.variants, progress=True)
         print(f"{directory.name}: {len(rec['points'])} in-model calibration models")
