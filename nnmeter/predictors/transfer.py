@@ -218,7 +218,9 @@ def _zoo_spread(kt: Any, zoo_list: list[dict[str, Any]]) -> list[dict[str, Any]]
     64x64 planes past the L2, 2.3x the per-element time of the 56x56 and 28x28 planes
     DenseNet runs), and nothing else then tells the correction how the type scales."""
     X = np.array([kt.features(kt.config_from_dict(d)) for d in zoo_list], dtype=float)
-    return [zoo_list[i] for i in _farthest_order(_log_std(X), first=0)]
+    order = _farthest_order(_log_std(X), first=0)
+    taken = set(order)  # configurations of equal features stop the order: they follow it
+    return [zoo_list[i] for i in order + [i for i in range(len(zoo_list)) if i not in taken]]
 
 
 def _interleave(zoo_list: list[Any], spread: list[Any]) -> list[tuple[str, Any]]:
