@@ -11,11 +11,8 @@ kernel data and predictor and measures on this machine only what it must:
    space (farthest-point order), where two devices most likely differ: sizes from tiny
    to large (threading and cache effects) and channel counts off the vector width.
    Every kernel type of the zoo gets a share in proportion to the square root of its
-   time weight, at least :data:`MIN_PER_TYPE`. A type the source has no rows of takes
-   its zoo configurations far apart instead (:func:`_zoo_spread`): a correction learnt
-   from one corner of a type's space says nothing of the rest. Rows go to this
-   machine's own dataset (``origin: "transfer"``), one at a time, so a stopped build
-   resumes.
+   time weight, at least :data:`MIN_PER_TYPE`. Rows go to this machine's own dataset
+   (``origin: "transfer"``), one at a time, so a stopped build resumes.
 2. **The calibrations** the device needs (overhead, reorders, chain...; about a third of
    the budget), measured here, bounded by the budget and resumable
    (:func:`nnmeter.builder.calibrate`).
@@ -168,16 +165,12 @@ def plan_configs(source_pred: Any, source_dir: str | os.PathLike, backend_id: st
         zoo_list = [d for d, _ in sorted(zoo_cfgs[t].values(), key=lambda e: -e[1])]
         spread: list[dict[str, Any]] = []
         data = load_kernel_data(src, t) if t in src.kernel_types() else None
-        kt = KERNEL_TYPES.get(t)
         if data is not None and len(data):
+            kt = KERNEL_TYPES.get(t)
             order = _farthest_order(_log_std(data.X), first=int(np.argmax(data.y)))
             spread = [kt.config_to_dict(data.configs[i]) for i in order]
             j = int(np.argmin(data.y))
             anchors.append((float(data.y[j]), t, kt.config_to_dict(data.configs[j])))
-        elif len(zoo_list) > 1:
-            # nothing of the source's to spread over: the zoo's own configurations of
-            # the type are taken far apart instead of heaviest first
-            zoo_list = _zoo_spread(kt, zoo_list)
         merged, seen = [], set()
         for a, b in _interleave(zoo_list, spread):
             key = config_key(b)
@@ -209,18 +202,6 @@ def plan_configs(source_pred: Any, source_dir: str | os.PathLike, backend_id: st
     logger.info("transfer plan for %s: %d configs over %d kernel types", backend_id,
                 len(plan), len(quota))
     return plan
-
-
-def _zoo_spread(kt: Any, zoo_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The zoo's own configurations of a type the source has no rows of, in
-    farthest-point order from the heaviest: the time-weighted order puts a type's
-    whole quota where one variant spends its time (ORT's stand-alone ``bn-relu``: eight
-    64x64 planes past the L2, 2.3x the per-element time of the 56x56 and 28x28 planes
-    DenseNet runs), and nothing else then tells the correction how the type scales."""
-    X = np.array([kt.features(kt.config_from_dict(d)) for d in zoo_list], dtype=float)
-    order = _farthest_order(_log_std(X), first=0)
-    taken = set(order)  # configurations of equal features stop the order: they follow it
-    return [zoo_list[i] for i in order + [i for i in range(len(zoo_list)) if i not in taken]]
 
 
 def _interleave(zoo_list: list[Any], spread: list[Any]) -> list[tuple[str, Any]]:

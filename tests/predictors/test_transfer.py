@@ -89,20 +89,6 @@ def test_the_plan_puts_the_zoo_first_and_covers_every_zoo_type(world):
     assert len(keys) == len(set(keys))  # nothing planned twice
 
 
-def test_a_type_the_source_lacks_is_planned_far_apart_not_heaviest_first():
-    # ORT's stand-alone bn-relu on the Xeon: the zoo's heaviest configurations were all
-    # 64x64 planes past the L2, at 2.3x the per-element time of DenseNet's smaller ones
-    from nnmeter.kernels import KERNEL_TYPES
-    from nnmeter.predictors.transfer import _zoo_spread
-
-    heavy = [{"h": 64, "w": 64, "cin": c} for c in range(196, 100, -12)]  # heaviest first
-    small = [{"h": 7, "w": 7, "cin": 64}, {"h": 28, "w": 28, "cin": 96}]
-    order = _zoo_spread(KERNEL_TYPES.get("bn-relu"), heavy + small)
-    assert order[0] == heavy[0]
-    assert order[1] in small and order[2] in small
-    assert sorted(map(json.dumps, order)) == sorted(map(json.dumps, heavy + small))
-
-
 def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
     tgt = DeviceProfiler("tgt", ("avx2", "fma"), 2.0, overhead=0.02)
     res = build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@tgt",
