@@ -53,8 +53,8 @@ def main() -> int:
     from nnmeter.predictors.dataset import kernel_dataset_dir
     from nnmeter.predictors.in_model import add_in_model_pass, extend_in_model
 
-    # this machine's datasets only: a pass measured here belongs to no other device (the
-    # record's fingerprint is checked before anything is measured)
+    # this machine's datasets only: a pass measured here belongs to no other device (each
+    # measurement's fingerprint is checked against the dataset's before it is stored)
     if args.dataset is None:
         directory = own_dataset_dir(args.backend)
     else:
