@@ -1162,6 +1162,14 @@ class TransferResult:
             if med:
                 lines.append(f"this device runs the source's kernels at a median "
                              f"{med:.2f}x their time ({self.correction.get('rows', 0)} rows)")
+            strength = self.correction.get("strength")
+            scores = self.correction.get("strength_scores") or {}
+            if strength is not None and scores:
+                lines.append(
+                    f"correction strength {strength:g} (1: per kernel, 0: one factor), "
+                    f"chosen on {max(v['models'] for v in scores.values())} whole models "
+                    f"left out one by one (rms log error " + ", ".join(
+                        f"{k}: {v['loo_rms_log']:.3f}" for k, v in scores.items()) + ")")
         if self.stopped_by_budget:
             lines.append("stopped by the budget; rerun the same command to continue")
         lines.extend(f"warning: {w}" for w in self.warnings)
@@ -1314,6 +1322,11 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         t3 = time.monotonic()
         pred = load_predictor(backend_id, dataset=dataset, root=root)
         result.correction = dict(pred.meta.get("transfer", {}).get("summary", {}))
+        from nnmeter.predictors import cache_as_trained
+        from nnmeter.predictors.transfer import record_strength
+
+        if record_strength(ds_dir, pred):
+            cache_as_trained(pred, dataset, root)
         result.phases["train"] = (time.monotonic() - t3) / 60
         result.minutes = (time.monotonic() - t0) / 60
         _note_speed(result, reference, "this transfer build")

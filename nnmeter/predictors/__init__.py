@@ -54,7 +54,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 26
+CACHE_VERSION = 27
 
 
 def cache_dir() -> Path:
@@ -160,7 +160,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     """
     from nnmeter.fusion import load_rules, rules_path
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
-    from nnmeter.predictors.store import load_regressors, save_regressors
+    from nnmeter.predictors.store import load_regressors
     from nnmeter.devices.datasets import resolve
     from nnmeter.predictors.train import train_predictor
     from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer, train_transfer
@@ -213,16 +213,40 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
         pred = train_predictor(backend_id, ds_dir, rules, settings)
     pred.resolution = resolution
     if use_cache:
-        meta = {**pred.meta, "device": pred.device, "backend_id": backend_id, "key": key,
-                "terms": pred.composition.records()}
-        try:
-            save_regressors(where, pred.regressors, meta=meta)
-            pred.meta["cache"] = str(where)
-        except OSError as err:
-            logger.warning("could not cache the predictor in %s: %s", where, err)
+        _save(pred, where, key)
     pred.source_files = sources
     pred.intervals = intervals
     return pred
+
+
+def _save(pred: LatencyPredictor, where: Path, key: str) -> None:
+    """``pred`` into the cache folder ``where`` (a failure is logged, never fatal)."""
+    from nnmeter.predictors.store import save_regressors
+
+    meta = {**pred.meta, "device": pred.device, "backend_id": pred.backend_id, "key": key,
+            "terms": pred.composition.records()}
+    try:
+        save_regressors(where, pred.regressors, meta=meta)
+        pred.meta["cache"] = str(where)
+    except OSError as err:
+        logger.warning("could not cache the predictor in %s: %s", where, err)
+
+
+def cache_as_trained(pred: LatencyPredictor, dataset: str,
+                     root: str | os.PathLike | None = None,
+                     settings: PredictorSettings | None = None) -> None:
+    """Cache ``pred`` under the key ``dataset``'s files have now: for a record written
+    after training that training already followed (a transfer's chosen correction
+    strength, :func:`nnmeter.predictors.transfer.record_strength`), so that the next
+    load does not train again."""
+    from nnmeter.fusion import rules_path
+    from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
+
+    settings = settings or PredictorSettings()
+    ds = KernelDataset(kernel_dataset_dir(dataset, root), pred.backend_id)
+    rp = rules_path(pred.backend_id)
+    key = _cache_key(rp if rp.exists() else None, ds.files() + _record_files(ds), settings)
+    _save(pred, cache_dir() / dataset / key, key)
 
 
 def _record_files(ds: Any) -> list[Path]:

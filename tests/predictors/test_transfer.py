@@ -13,7 +13,8 @@ from nnmeter.errors import DatasetError
 from nnmeter.fusion.rules import FusionRules
 from nnmeter.predictors import load_predictor
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
-from nnmeter.predictors.transfer import LogRatioCorrection, find_source, plan_configs
+from nnmeter.predictors.transfer import (LogRatioCorrection, choose_strength, find_source,
+                                        plan_configs)
 
 RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
 
@@ -96,8 +97,11 @@ def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
     assert res.measurements == tgt.calls and 0 < res.measurements <= 80
     assert set(res.phases) == {"plan", "measure", "calibrate", "train"}
     ds = KernelDataset(kernel_dataset_dir("ort-cpu@tgt", world), "ort-cpu")
-    assert json.loads((ds.directory / "transfer.json").read_text())["source_dataset"] == \
-        "ort-cpu@src"
+    rec = json.loads((ds.directory / "transfer.json").read_text())
+    assert rec["source_dataset"] == "ort-cpu@src"
+    # no whole models measured here (a fake profiler calibrates nothing): the full
+    # correction, recorded so that later trainings train once
+    assert rec["strength"] == 1.0 and res.correction["strength"] == 1.0
     rows = [r for t in ds.kernel_types() for r in ds.rows(t)]
     assert rows and all(r["origin"] == "transfer" for r in rows)
     assert res.correction["median_ratio"] == pytest.approx(2.0, rel=0.35)
@@ -192,6 +196,69 @@ def test_a_family_with_a_few_rows_keeps_its_own_median_ratio():
     corr = LogRatioCorrection().fit(rows)
     assert np.allclose(np.exp(corr.log_ratio("relu", np.ones((1, 2)), np.ones(1))),
                        np.exp(corr.fallback))
+
+
+def test_the_correction_strength_moves_it_towards_one_factor():
+    # strength 0: every kernel gets the median ratio of all rows; 0.5: half way in logs
+    rng = np.random.default_rng(2)
+    base = np.exp(rng.uniform(np.log(0.01), np.log(50), 120))
+    ratio = np.where(base > 1, 0.5, 2.0)
+    X = np.column_stack([base, base])
+    corr = LogRatioCorrection().fit({"conv-bn-relu": (X, base, base * ratio)})
+    full = corr.log_ratio("conv-bn-relu", X, base)
+    corr.strength = 0.0
+    assert np.allclose(corr.log_ratio("conv-bn-relu", X, base), corr.fallback)
+    corr.strength = 0.5
+    assert np.allclose(corr.log_ratio("conv-bn-relu", X, base), 0.5 * full + 0.5 * corr.fallback)
+    assert corr.summary()["strength"] == 0.5
+
+
+def test_a_malformed_recorded_strength_is_a_clear_error(tmp_path):
+    from nnmeter.predictors.transfer import read_transfer
+
+    rec = {"source_dataset": "ort-cpu@src", "source_backend": "ort-cpu"}
+    for bad in (1.5, "half", True):
+        (tmp_path / "transfer.json").write_text(json.dumps({**rec, "strength": bad}))
+        with pytest.raises(DatasetError, match="transfer.json: 'strength' must be a number"):
+            read_transfer(tmp_path)
+    (tmp_path / "transfer.json").write_text(json.dumps({**rec, "strength": 0}))
+    assert read_transfer(tmp_path)["strength"] == 0
+
+
+def test_the_build_summary_says_which_strength_and_why():
+    from nnmeter.builder import TransferResult
+
+    res = TransferResult("ort-cpu", "/d/ort-cpu@tgt", "ort-cpu@src")
+    res.correction = {"median_ratio": 0.64, "rows": 300, "strength": 0.5,
+                      "strength_scores": {"1.0": {"loo_rms_log": 0.084, "models": 36},
+                                          "0.5": {"loo_rms_log": 0.0815, "models": 36}}}
+    text = res.summary()
+    assert "correction strength 0.5 (1: per kernel, 0: one factor), chosen on 36 whole " \
+           "models left out one by one (rms log error 1.0: 0.084, 0.5: 0.082)" in text
+
+
+class _Adapted:
+    """A stand-in for a transfer predictor: its meta as train_transfer's holds it."""
+
+    def __init__(self, strength, loo, models):
+        im = {} if loo is None else {"loo_rms_log": loo, "models": models}
+        self.meta = {"in_model": im, "transfer": {"summary": {"strength": strength}}}
+
+
+def test_the_strength_is_the_one_whose_whole_models_are_predicted_best():
+    loo = {1.0: 0.08, 0.5: 0.05, 0.0: 0.06}
+    got = choose_strength(lambda s: _Adapted(s, loo[s], 30))
+    assert got.meta["transfer"]["summary"]["strength"] == 0.5
+    assert got.meta["transfer"]["summary"]["strength_scores"]["1.0"] == \
+        {"loo_rms_log": 0.08, "models": 30}
+    # a strength whose fit left a model out is not compared on fewer models
+    models = {1.0: 30, 0.5: 29, 0.0: 30}
+    got = choose_strength(lambda s: _Adapted(s, loo[s], models[s]))
+    assert got.meta["transfer"]["summary"]["strength"] == 0.0
+    # no whole models measured (no in-model record): the full correction, trained once
+    calls = []
+    got = choose_strength(lambda s: calls.append(s) or _Adapted(s, None, 0))
+    assert calls == [1.0] and got.meta["transfer"]["summary"]["strength"] == 1.0
 
 
 def test_predicting_for_a_named_device_or_the_nearest(world):

@@ -247,6 +247,8 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
                              "ms_per_kernel": dict(zip(GROUPS, coef_k)),
                              "ridge": ridge, "ridge_loo_rms_log": {str(k): v for k, v in scores.items()},
                              "per_kernel_loo_rms_log": {str(k): v for k, v in scores_k.items()},
+                             "loo_rms_log": (scores_k.get(ridge_k) if use_k
+                                             else scores.get(ridge)),
                              "median_error_before": before_err,
                              "median_error_after": after_err}
     return pred
