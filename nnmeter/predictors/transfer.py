@@ -527,8 +527,9 @@ def choose_strength(adapted: Any, strengths: tuple[float, ...] = STRENGTHS) -> A
     two devices and of how noisy those rows were. Scored on the development model
     sets (seeds 1000 and 2000, never a reported set), the full correction was best for
     ORT transfers from the Xeon and the Zen 5 to the Zen 4 (one factor: 13-16 points
-    fewer within +-10 %) and for LiteRT's to the Zen 5 (50 fewer), one factor for MNN's
-    to the Xeon (+14 and +15 points) and half of it for ORT's to the Zen 5 (+9 and +7);
+    fewer within +-10 %) and for LiteRT's to the Zen 5 (7 and 50 fewer), one factor for
+    MNN's to the Xeon (+14 and +15 points) and half of it for ORT's to the Zen 5 (+8 and
+    +5, ``experiments/results/device_transfer_ort-cpu@epyc-zen5-avx512-2c.txt``);
     the calibration models' leave-one-out error picked those, and picked one factor
     for OpenVINO's to the Xeon, whose development sets ran at another speed than its
     build (-8 and -6 points there).
