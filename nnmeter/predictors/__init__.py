@@ -158,7 +158,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     FusionRulesError
         If the backend has no fusion rules.
     """
-    from nnmeter.fusion import load_rules, rules_path
+    from nnmeter.fusion import load_rules
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
     from nnmeter.predictors.store import load_regressors
     from nnmeter.devices.datasets import resolve
@@ -181,9 +181,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
             f"{', '.join(available_predictors(root)) or 'none'})"
         )
     rules = load_rules(backend_id)
-    rp = rules_path(backend_id)
-    records = _record_files(ds)
-    key = _cache_key(rp if rp.exists() else None, files + records, settings)
+    key, rp, records = _dataset_key(backend_id, ds, settings, files)
     # what the memo checks: a new or changed row file, record or rules file
     sources = [str(p) for p in (rp, ds_dir, ds_dir / INTERVALS_FILE, *files, *records)]
     intervals = read_intervals(ds_dir)
@@ -239,14 +237,23 @@ def cache_as_trained(pred: LatencyPredictor, dataset: str,
     after training that training already followed (a transfer's chosen correction
     strength, :func:`nnmeter.predictors.transfer.record_strength`), so that the next
     load does not train again."""
-    from nnmeter.fusion import rules_path
     from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 
-    settings = settings or PredictorSettings()
     ds = KernelDataset(kernel_dataset_dir(dataset, root), pred.backend_id)
-    rp = rules_path(pred.backend_id)
-    key = _cache_key(rp if rp.exists() else None, ds.files() + _record_files(ds), settings)
+    key = _dataset_key(pred.backend_id, ds, settings or PredictorSettings())[0]
     _save(pred, cache_dir() / dataset / key, key)
+
+
+def _dataset_key(backend_id: str, ds: Any, settings: PredictorSettings,
+                 files: list[Path] | None = None) -> tuple[str, Path, list[Path]]:
+    """The cache key of ``ds``'s predictor (its rules, row files ``files``, by default
+    listed here, and record files), with the rules path and the record files."""
+    from nnmeter.fusion import rules_path
+
+    rp = rules_path(backend_id)
+    records = _record_files(ds)
+    rows = ds.files() if files is None else files
+    return _cache_key(rp if rp.exists() else None, rows + records, settings), rp, records
 
 
 def _record_files(ds: Any) -> list[Path]:
