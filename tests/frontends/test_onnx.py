@@ -434,3 +434,86 @@ def test_a_static_zero_dimension_is_not_called_dynamic():
         load_onnx(model)
     assert not isinstance(e.value, DynamicShapeError)
     assert load_onnx(model, {"x": (1, 2, 4, 4)})["r"].output_shape == (1, 2, 4, 4)
+
+
+# ------------------------------------------------------------------ torch's local_response_norm
+def _branch(name: str, nodes, out: str):
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)])
+
+
+def _torch_lrn_model(cond_true: bool = True):
+    """What torch.onnx writes for ``F.local_response_norm`` (the pytorchcv AlexNet's),
+    cut down: a 5-D Pad whose pads pass through a Transpose (so whole-model ONNX
+    inference loses every shape after it), a 3-D AveragePool, and an ``If`` on a
+    condition that folds to a constant, squeezing the pooled tensor back to 4-D."""
+    pads = np.array([[0, 0], [0, 0], [2, 2], [0, 0], [0, 0]], np.int64)
+    then = _branch("then", [helper.make_node("Constant", [], ["ax"], value=_init("v", np.array([1], np.int64))),
+                            helper.make_node("Squeeze", ["ap", "ax"], ["s"])], "s")
+    other = _branch("else", [helper.make_node("Identity", ["ap"], ["i"])], "i")
+    nodes = [
+        helper.make_node("Reshape", ["x", "s5"], ["x5"], name="r5"),
+        helper.make_node("Transpose", ["p2"], ["pt"], perm=[1, 0]),
+        helper.make_node("Reshape", ["pt", "s10"], ["pads"]),
+        helper.make_node("Pad", ["x5", "pads"], ["xp"], name="pad"),
+        helper.make_node("AveragePool", ["xp"], ["ap"], kernel_shape=[5, 1, 1], name="pool"),
+        helper.make_node("Equal", ["one", "one" if cond_true else "two"], ["cond"]),
+        helper.make_node("If", ["cond"], ["sq"], then_branch=then, else_branch=other, name="if"),
+        helper.make_node("Reshape", ["sq", "s4"], ["sq4"], name="r4"),
+        helper.make_node("Div", ["x", "sq4"], ["y"], name="div"),
+    ]
+    inits = [_init("s5", np.array([1, 1, 4, 5, 5], np.int64)), _init("p2", pads),
+             _init("s10", np.array([10], np.int64)), _init("s4", np.array([1, 4, 5, 5], np.int64)),
+             _init("one", np.array([1], np.int64)), _init("two", np.array([2], np.int64))]
+    return _model(nodes, [_vi("x", [1, 4, 5, 5])], [_vi("y", [1, 4, 5, 5])], inits)
+
+
+def test_torch_local_response_norm_imports_with_shapes_from_the_node_alone():
+    model = _torch_lrn_model()
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    lost = {vi.name for vi in inferred.graph.value_info
+            if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    assert {"xp", "ap"} <= lost  # whole-model inference cannot say; the importer can
+    g = load_onnx(model)
+    by_name = {n.name: n for n in g.nodes()}
+    assert by_name["pad"].output_shapes == ((1, 1, 8, 5, 5),)
+    pool = by_name["pool"]
+    assert pool.op == "unknown" and pool.attrs.original_type == "onnx:AveragePool"
+    assert pool.output_shapes == ((1, 1, 4, 5, 5),)
+    assert "reshape" in {n.op for n in g.nodes()}
+    assert not [n for n in g.nodes() if n.op == "unknown" and n.attrs.original_type == "onnx:If"]
+    assert by_name["div"].output_shapes == ((1, 4, 5, 5),)
+    assert g.lint() == []
+
+
+def test_an_if_on_a_constant_condition_runs_the_branch_it_selects():
+    def ops(cond_true):
+        return [n.op for n in load_onnx(_torch_lrn_model(cond_true)).topological_nodes()]
+    # then: Squeeze (a reshape) before r4's reshape; else: the Identity disappears
+    assert ops(True).count("reshape") == ops(False).count("reshape") + 1
+
+
+def test_an_if_on_a_computed_condition_stays_one_unknown_node():
+    then = _branch("then", [helper.make_node("Relu", ["x"], ["a"])], "a")
+    other = _branch("else", [helper.make_node("Sigmoid", ["x"], ["b"])], "b")
+    model = _model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                    helper.make_node("Greater", ["s", "zero"], ["c"]),
+                    helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   [_vi("x", [1, 4])], [_vi("y", [1, 4])], [_init("zero", np.float32(0))])
+    g = load_onnx(model)
+    ifs = [n for n in g.nodes() if n.op == "unknown" and n.attrs.original_type == "onnx:If"]
+    assert len(ifs) == 1 and ifs[0].output_shapes == ((1, 4),)
+    assert not {"relu", "sigmoid"} & {n.op for n in g.nodes()}
+
+
+def test_node_shapes_reads_a_pad_from_the_values_it_is_given():
+    from nnmeter.frontends.onnx.reader import node_shapes
+
+    pad = helper.make_node("Pad", ["x", "p"], ["y"])
+    opset = [helper.make_opsetid("", 17)]
+    got = node_shapes(pad, opset, {"x": ((1, 3, 4), None),
+                                   "p": ((6,), np.array([0, 1, 2, 0, 1, 2], np.int64))})
+    assert got == {"y": (1, 5, 8)}
+    assert node_shapes(pad, opset, {"x": ((1, 3, 4), None)}) == {}  # an input it lacks
+    with_graph = helper.make_node("If", ["c"], ["y"], then_branch=_branch("t", [], "x"),
+                                  else_branch=_branch("e", [], "x"))
+    assert node_shapes(with_graph, opset, {"c": ((1,), np.array([True]))}) == {}

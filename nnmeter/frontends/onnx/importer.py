@@ -15,7 +15,7 @@ from nnmeter.frontends.onnx.folding import try_fold
 from nnmeter.frontends.onnx.lookups import EmbeddingLookups, embedding_lookups, index_shape
 from nnmeter.frontends.onnx.ops import Fallback, handler_for
 from nnmeter.frontends.onnx.reader import (
-    inferred_shapes, initializers, opset_of, static_inputs,
+    inferred_shapes, initializers, node_shapes, opset_of, static_inputs,
 )
 from nnmeter.ir.graph import ModelGraph, Node, Ref
 from nnmeter.ir.ops import UnknownAttrs
@@ -149,8 +149,13 @@ class Importer:
         act_inputs = [t for t in node.input if t and t in self.refs]
         outputs = [t for t in node.output if t]
         out_shapes = []
+        local: dict[str, tuple[int, ...]] | None = None
         for t in outputs:
             s = self.vi_shapes.get(t)
+            if s is None:
+                if local is None:
+                    local = self._node_shapes(node)
+                s = local.get(t)
             if s is None:
                 raise UnsupportedOpError(
                     f"ONNX op {node.op_type} {node.name or '#' + str(idx)!r} is outside the "
@@ -183,6 +188,20 @@ class Importer:
         )
         for port, t in enumerate(outputs):
             self.refs[t] = Ref(nm, port)
+
+    def _node_shapes(self, node: Any) -> dict[str, tuple[int, ...]]:
+        """Output shapes of ``node`` by ONNX inference on the node alone, from the
+        shapes and constant values this walk already knows
+        (:func:`~nnmeter.frontends.onnx.reader.node_shapes`)."""
+        known: dict[str, tuple[tuple[int, ...], np.ndarray | None]] = {}
+        for t in node.input:
+            if not t:
+                continue
+            if t in self.const_shapes:
+                known[t] = (self.const_shapes[t], self.consts.get(t))
+            elif t in self.refs:
+                known[t] = (tuple(self.graph.shape_of(self.refs[t])), None)
+        return node_shapes(node, self.model.opset_import, known)
 
     def _lookup_input(self, node: Any, idx: int, lookups: "EmbeddingLookups") -> None:
         """An embedding lookup (Gather of a constant table by indices computed from
@@ -224,6 +243,85 @@ class Importer:
         node.meta.setdefault("absorbed", [])
         node.meta["absorbed"].extend(nm for nm in names if nm not in node.meta["absorbed"])
 
+    def _convert(self, i: int, n: Any, lookups: EmbeddingLookups) -> None:
+        """Convert node ``i`` (a no-op for one already converted, by a pattern or a
+        fold): fold it, map it through its handler, or keep it as ``unknown``."""
+        if i in self.done:
+            return
+        self.done.add(i)
+        if i in lookups.gathers:
+            self._lookup_input(n, i, lookups)
+            return
+        if self._inline_if(n, lookups):
+            return
+        if try_fold(self, n):
+            return
+        handler = handler_for(n.op_type) if n.domain in ("", "ai.onnx") else None
+        if handler is None:
+            self.emit_unknown(n, i)
+            return
+        saved_done = set(self.done)
+        mark = len(self.added)
+        try:
+            handler(self, n, i)
+            self._note_absorbed(saved_done | {i}, mark)
+        except Fallback as why:
+            self.done = saved_done
+            for name in reversed(self.added[mark:]):
+                self.graph.remove(name)
+            del self.added[mark:]
+            log.debug("keeping %s %s as unknown: %s", n.op_type, n.name, why)
+            self.emit_unknown(n, i, str(why))
+
+    def _inline_if(self, node: Any, lookups: EmbeddingLookups) -> bool:
+        """An ``If`` whose condition is a constant runs one branch, always: the branch's
+        nodes join the walk in its place (appended to ``nodes`` and converted now),
+        their outputs renamed to the ``If``'s. torch writes such an ``If`` where a
+        squeeze of a dimension it cannot prove to be 1 is traced (``local_response_norm``
+        in AlexNet-style models); the runtimes fold it at load time. False, and nothing
+        changed, for any other node."""
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.input:
+            return False
+        cond = self.consts.get(node.input[0])
+        if cond is None or np.asarray(cond).size != 1:
+            return False
+        which = "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+        branch = next((a.g for a in node.attribute if a.name == which), None)
+        if branch is None or len(branch.output) != len(node.output):
+            return False
+        import onnx
+        from onnx import helper, numpy_helper
+
+        rename = {o.name: t for o, t in zip(branch.output, node.output) if t}
+        for init in branch.initializer:
+            self.set_const(init.name, numpy_helper.to_array(init))
+        added: list[Any] = []
+        for bn in branch.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(bn)
+            for k, t in enumerate(c.input):
+                c.input[k] = rename.get(t, t)
+            for k, t in enumerate(c.output):
+                c.output[k] = rename.get(t, t)
+            added.append(c)
+        made = {t for c in added for t in c.output}
+        for src, dst in rename.items():
+            if dst not in made:  # the branch returns a tensor it did not compute
+                added.append(helper.make_node("Identity", [src], [dst],
+                                              name=f"{node.name or 'If'}/{dst}"))
+        start = len(self.nodes)
+        self.nodes.extend(added)
+        for j, c in enumerate(added, start):
+            for t in c.input:
+                if t:
+                    self.consumers.setdefault(t, []).append(j)
+        self._producers = None
+        log.debug("If %s: condition is constant, %s inlined (%d nodes)", node.name, which,
+                  len(added))
+        for j in range(start, len(self.nodes)):
+            self._convert(j, self.nodes[j], lookups)
+        return True
+
     # -- main --------------------------------------------------------------------------
     def run(self) -> ModelGraph:
         """Convert the model; the validated graph."""
@@ -264,30 +362,7 @@ class Importer:
                                              "name": name})
             self.refs[name] = Ref(name, 0)
         for i, n in enumerate(nodes):
-            if i in self.done:
-                continue
-            self.done.add(i)
-            if i in lookups.gathers:
-                self._lookup_input(n, i, lookups)
-                continue
-            if try_fold(self, n):
-                continue
-            handler = handler_for(n.op_type) if n.domain in ("", "ai.onnx") else None
-            if handler is None:
-                self.emit_unknown(n, i)
-                continue
-            saved_done = set(self.done)
-            mark = len(self.added)
-            try:
-                handler(self, n, i)
-                self._note_absorbed(saved_done | {i}, mark)
-            except Fallback as why:
-                self.done = saved_done
-                for name in reversed(self.added[mark:]):
-                    self.graph.remove(name)
-                del self.added[mark:]
-                log.debug("keeping %s %s as unknown: %s", n.op_type, n.name, why)
-                self.emit_unknown(n, i, str(why))
+            self._convert(i, n, lookups)
         outs = []
         for o in g.output:
             if o.name in self.refs:

@@ -17,7 +17,7 @@ from nnmeter.errors import (
 )
 
 __all__ = ["read_onnx_model", "opset_of", "static_inputs", "inferred_shapes",
-           "initializers", "elem_np_dtype", "static_shape"]
+           "node_shapes", "initializers", "elem_np_dtype", "static_shape"]
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,54 @@ def inferred_shapes(model: Any, name: str) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     g = inferred.graph
     for vi in list(g.value_info) + list(g.output) + list(g.input):
+        shape = static_shape(vi.type)
+        if shape is not None:
+            shapes[vi.name] = shape
+    return shapes
+
+
+def node_shapes(node: Any, opset_imports: Sequence[Any],
+                inputs: Mapping[str, tuple[tuple[int, ...], np.ndarray | None]]
+                ) -> dict[str, tuple[int, ...]]:
+    """Static output shapes of one ONNX ``node`` by ONNX shape inference on the node
+    alone, its inputs declared at the shapes (and, for constants, the values) the
+    importer already knows: ``inputs`` maps each input tensor to ``(shape, value or
+    None)``. Whole-model inference loses a shape where it cannot follow a value that
+    the importer folds (for example a Pad whose pads are computed from constants, as
+    torch writes ``local_response_norm``); the node alone then has static inputs.
+    Empty where inference cannot say (a subgraph, a missing input, a custom domain)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if node.domain not in ("", "ai.onnx") or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in node.attribute):
+        return {}
+    g_inputs, inits = [], []
+    for t in node.input:
+        if not t:
+            continue
+        if t not in inputs:
+            return {}
+        shape, value = inputs[t]
+        if value is not None:
+            try:
+                inits.append(numpy_helper.from_array(np.asarray(value), t))
+                continue
+            except (TypeError, ValueError):
+                pass
+        g_inputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape)))
+    outs = [helper.make_empty_tensor_value_info(t) for t in node.output if t]
+    graph = helper.make_graph([node], "node", g_inputs, outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=list(opset_imports))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as err:
+        log.debug("ONNX shape inference of %s alone failed: %s", node.op_type, err)
+        return {}
+    shapes = {}
+    for vi in list(inferred.graph.output) + list(inferred.graph.value_info):
         shape = static_shape(vi.type)
         if shape is not None:
             shapes[vi.name] = shape
