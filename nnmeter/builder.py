@@ -50,7 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from nnmeter.devices.reference import SpeedReference, drift_warning, summarize
+from nnmeter.devices.reference import (
+    SpeedReference, compare_records, drift_warning, read_reference, speed_change_warning,
+    summarize,
+)
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
                             SettingsError, UnknownSettingError, UnsupportedOpError)
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
@@ -1079,6 +1082,7 @@ def build_predictor(
             backend_id, ds.directory, calibrations) else 0.0
         profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
         calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
+        earlier = read_reference(ds.directory) if own_profiler else []
         reference = SpeedReference(ds.directory) if own_profiler else None
         if own_profiler:
             from nnmeter.backends import Profiler
@@ -1106,21 +1110,27 @@ def build_predictor(
                 result.phases["train"] = (time.monotonic() - t_phase) / 60
         finally:
             result.minutes = (time.monotonic() - t_start) / 60
-            _note_speed(result, reference, "this build")
+            _note_speed(result, reference, "this build", earlier)
             ds.append_raw("builds.jsonl", result.as_dict())
         return result
 
 
-def _note_speed(result: Any, reference: SpeedReference | None, what: str) -> None:
+def _note_speed(result: Any, reference: SpeedReference | None, what: str,
+                earlier: list[dict[str, Any]] | None = None) -> None:
     """The build's speed-reference summary into ``result``, and a warning (logged too)
-    when the device's speed moved during it (:mod:`nnmeter.devices.reference`)."""
+    when the device's speed moved during it, or when it ran at another speed than the
+    dataset's ``earlier`` builds, whose rows it joins (:mod:`nnmeter.devices.reference`)."""
     if reference is None or not reference.points:
         return
     result.speed_reference = summarize(reference.points)
-    warning = drift_warning(result.speed_reference, what)
-    if warning:
-        result.warnings.append(warning)
-        logger.warning(warning)
+    ratio = compare_records(earlier or [], reference.points)
+    if ratio is not None:
+        result.speed_reference["against_earlier"] = ratio
+    for warning in (drift_warning(result.speed_reference, what),
+                    speed_change_warning(ratio, what, "this dataset's earlier builds")):
+        if warning:
+            result.warnings.append(warning)
+            logger.warning(warning)
 
 
 @dataclass
@@ -1281,6 +1291,7 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         measure_deadline = t0 + SAMPLE_SHARE * budget
 
         own = profiler is None
+        earlier = read_reference(ds_dir) if own else []
         reference = SpeedReference(ds_dir) if own else None
         if own:
             from nnmeter.backends import Profiler
@@ -1329,6 +1340,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
             cache_as_trained(pred, dataset, root)
         result.phases["train"] = (time.monotonic() - t3) / 60
         result.minutes = (time.monotonic() - t0) / 60
-        _note_speed(result, reference, "this transfer build")
+        _note_speed(result, reference, "this transfer build", earlier)
         ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
         return result

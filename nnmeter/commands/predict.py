@@ -149,6 +149,15 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         if quality:
             out["warnings"] = list(out["warnings"]) + quality
         diffs = m.device.differences(report.device) if m.device and report.device else []
+        if not diffs and m.ok:
+            # the same device: is it running at the speed the predictor was built at?
+            from nnmeter.devices.reference import speed_against_build
+
+            speed = speed_against_build(args.backend, predictor.dataset_dir)
+            if speed is not None:
+                out["speed_reference"] = {k: v for k, v in speed.items() if k != "warning"}
+                if speed["warning"]:
+                    out["warnings"] = list(out["warnings"]) + [speed["warning"]]
         if diffs:
             out["device_mismatch"] = True
             out["warnings"] = list(out["warnings"]) + [
@@ -192,6 +201,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"measured:        {out['measured_ms']:.3f} ms (spread "
               f"{100 * (out['measured_spread'] or 0):.1f} %; {out['measured_model']})")
         print(f"error:           {out['error_percent']:+.1f} %")
+        speed = out.get("speed_reference")
+        if speed:
+            print(f"speed reference: {speed['now_ms']:.3g} ms now, {speed['build_ms']:.3g} ms "
+                  f"while the predictor was built ({speed['ratio']:.2f}x)")
     if args.plot:
         print(f"plot: {out['plot']}")
     for w in out["warnings"]:

@@ -54,7 +54,8 @@ from typing import Any
 
 __all__ = ["REFERENCE_FILE", "PROBE_EVERY_S", "DRIFT_WARN", "reference_graph",
            "SpeedReference", "ProbingProfiler", "read_reference", "summarize",
-           "drift_warning", "compare_records", "set_against_builds"]
+           "drift_warning", "compare_records", "set_against_builds", "SPEED_WARN",
+           "speed_change_warning", "speed_against_build"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ PROBE_EVERY_S = 120.0
 #: a record that ran this much slower than its fastest probe (:func:`summarize`) gets a
 #: warning
 DRIFT_WARN = 0.05
+#: two records whose medians differ by more than this factor (either way) get a warning
+#: (:func:`speed_change_warning`)
+SPEED_WARN = 1.10
 
 
 def reference_graph() -> Any:
@@ -146,6 +150,64 @@ def compare_records(before: Sequence[dict[str, Any]],
     if a is None or b is None:
         return None
     return b["median_ms"] / a["median_ms"]
+
+
+def speed_change_warning(ratio: float | None, now: str, then: str, *,
+                         limit: float = SPEED_WARN) -> str | None:
+    """A one-line warning when the reference took ``ratio`` (``now`` over ``then``, as
+    :func:`compare_records` gives it) outside ``[1/limit, limit]``, else None.
+
+    >>> speed_change_warning(1.25, "this build", "this dataset's earlier builds").split(":")[0]
+    "the speed reference took 1.25x its time in this dataset's earlier builds during this build"
+    >>> speed_change_warning(1.04, "now", "then") is None
+    True
+    """
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return None
+    if 1.0 / limit <= ratio <= limit:
+        return None
+    how = "slower" if ratio > 1 else "faster"
+    return (f"the speed reference took {ratio:.2f}x its time in {then} during {now}: "
+            f"the device ran {abs(ratio - 1) * 100:.0f} % {how}, and measurements made "
+            f"at two speeds describe two machines (the record: {REFERENCE_FILE})")
+
+
+def speed_against_build(backend_id: str, dataset_dir: str | os.PathLike[str] | None, *,
+                        measure_ms: Callable[[Any, str], float | None] | None = None
+                        ) -> dict[str, Any] | None:
+    """The reference measured now on ``backend_id`` against the probes of the build
+    that made the kernel dataset ``dataset_dir``: ``now_ms``, ``build_ms`` (the build's
+    median), ``build_probes``, ``ratio`` (now over build) and ``warning``
+    (:func:`speed_change_warning`, None within :data:`SPEED_WARN`). None when the
+    dataset has no probe or the measurement fails. ``measure_ms(graph, backend_id)``
+    measures (default: a worker of its own, as ``nnmeter measure`` does).
+
+    This is what tells a user comparing a prediction with a measurement on a busy
+    machine how much of the difference is the machine's speed now."""
+    if dataset_dir is None:
+        return None
+    build = read_reference(dataset_dir)
+    base = summarize(build)
+    if base is None:
+        return None
+    if measure_ms is None:
+        def measure_ms(graph: Any, backend: str) -> float | None:
+            from nnmeter.backends import measure
+
+            m = measure(graph, backend, on_error="record")
+            return float(m.latency_ms) if getattr(m, "ok", False) else None
+    try:
+        now = measure_ms(reference_graph(), backend_id)
+    except Exception as err:  # noqa: BLE001 - a check never stops the work it accompanies
+        logger.warning("speed reference: measuring failed (%s); not compared", err)
+        return None
+    if now is None or not (math.isfinite(now) and now > 0):
+        return None
+    ratio = now / base["median_ms"]
+    return {"now_ms": now, "build_ms": base["median_ms"], "build_probes": base["probes"],
+            "ratio": ratio,
+            "warning": speed_change_warning(ratio, "this measurement",
+                                            "this predictor's build")}
 
 
 class SpeedReference:

@@ -195,6 +195,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
                                                                          TERMS))
             pred.resolution = resolution
             pred.source_files = sources
+            pred.dataset_dir = str(ds_dir)
             pred.intervals = intervals
             return pred
         except Exception as err:  # noqa: BLE001 - any broken cache is rebuilt, never fatal
@@ -213,6 +214,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     if use_cache:
         _save(pred, where, key)
     pred.source_files = sources
+    pred.dataset_dir = str(ds_dir)
     pred.intervals = intervals
     return pred
 

@@ -327,6 +327,9 @@ class LatencyPredictor:
         self.logged_warning: str | None = None
         #: the files it was trained from (``load_predictor``'s memo checks them)
         self.source_files: list[str] = []
+        #: the kernel dataset folder it was trained from (None when not loaded by
+        #: ``load_predictor``); its speed-reference record is the build's speed
+        self.dataset_dir: str | None = None
         #: calibrated prediction intervals (:mod:`nnmeter.predictors.intervals`) or None
         self.intervals: Any = None
         #: grouped convolutions get the ``gconv-*`` types where the data has them

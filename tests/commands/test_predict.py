@@ -111,6 +111,41 @@ def test_select_backend_measure_scores_the_pick_and_its_regret(fake_env, capsys,
     assert out["within_5_percent"] is False and out["measured_best"] != out["predicted_best"]
 
 
+def test_predict_measure_says_when_the_machine_runs_slower_than_its_build(
+        fake_env, capsys, monkeypatch):
+    """On the predictor's own device, ``--measure`` measures the speed reference too and
+    names how much slower than during the build this machine runs now."""
+    import nnmeter.backends as backends
+    from nnmeter.commands import predict as cmd
+    from nnmeter.devices.reference import REFERENCE_FILE
+    from nnmeter.predictors.dataset import append_jsonl, kernel_dataset_dir
+
+    d = kernel_dataset_dir("ort-cpu", fake_env)
+    for ms in (0.50, 0.52):
+        append_jsonl(d / REFERENCE_FILE, {"timestamp": "t", "phase": "start", "latency_ms": ms})
+    dev = _Fake("onnxruntime").device
+
+    def timed(ms):
+        return Measurement(latency_ms=ms, median_ms=ms, min_ms=ms, std_ms=0.0, spread=0.0,
+                           rounds=1, runs=1, device=dev)
+
+    monkeypatch.setattr(cmd, "_measure", lambda args, graph, b: (timed(5.0), "the file"))
+    seen = []
+    monkeypatch.setattr(backends, "measure",
+                        lambda graph, b, **kw: seen.append(graph.name) or timed(0.65))
+    assert cli.main(["predict", str(EXAMPLE), "-b", "ort-cpu", "--measure", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert seen == ["speed-reference"]
+    speed = out["speed_reference"]
+    assert speed["build_ms"] == pytest.approx(0.51) and speed["ratio"] == pytest.approx(0.65 / 0.51)
+    assert any("slower" in w and "this predictor's build" in w for w in out["warnings"])
+    monkeypatch.setattr(backends, "measure", lambda graph, b, **kw: timed(0.52))
+    assert cli.main(["predict", str(EXAMPLE), "-b", "ort-cpu", "--measure"]) == 0
+    captured = capsys.readouterr()
+    assert "speed reference: 0.52 ms now, 0.51 ms while the predictor was built (1.02x)" \
+        in captured.out and "this predictor's build" not in captured.err
+
+
 @pytest.mark.skipif(not list((REPO / "datasets" / "kernels").glob("ort-cpu@*")),
                     reason="the shipped ort-cpu kernel data is not in this checkout")
 def test_shipped_ort_predictor_on_example(capsys, tmp_path, monkeypatch):

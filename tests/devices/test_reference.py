@@ -8,10 +8,11 @@ import json
 import pytest
 
 from nnmeter.backends.base import DeviceInfo, Measurement
-from nnmeter.devices.reference import (DRIFT_WARN, REFERENCE_FILE, ProbingProfiler,
-                                       SpeedReference, compare_records, drift_warning,
-                                       read_reference, reference_graph, set_against_builds,
-                                       summarize)
+from nnmeter.devices.reference import (DRIFT_WARN, REFERENCE_FILE, SPEED_WARN,
+                                       ProbingProfiler, SpeedReference, compare_records,
+                                       drift_warning, read_reference, reference_graph,
+                                       set_against_builds, speed_against_build,
+                                       speed_change_warning, summarize)
 
 
 class _Clock:
@@ -200,3 +201,64 @@ def test_watch_and_around_probe_at_the_edges_of_their_work(tmp_path, monkeypatch
         assert [p["phase"] for p in ref.points] == ["start", "calibrate"]
     assert [p["phase"] for p in read_reference(tmp_path)] == ["start", "calibrate", "end"]
     assert opened == ["ort-cpu", "ort-cpu"]
+
+
+def test_a_speed_change_between_two_records_is_named_either_way():
+    assert speed_change_warning(None, "now", "then") is None
+    assert speed_change_warning(SPEED_WARN, "now", "then") is None  # the edge is kept
+    slow = speed_change_warning(1.3, "this build", "this dataset's earlier builds")
+    assert "1.30x" in slow and "30 % slower" in slow and REFERENCE_FILE in slow
+    assert "% faster" in speed_change_warning(0.8, "now", "then")
+    assert speed_change_warning(float("nan"), "now", "then") is None
+
+
+def test_a_measurement_is_compared_with_its_predictors_build(tmp_path):
+    """``predict --measure``'s check: the reference now against the build's median."""
+    SpeedReference(tmp_path).probe(_Prof([0.50]), "start", force=True)
+    SpeedReference(tmp_path).probe(_Prof([0.54]), "end", force=True)
+    seen = []
+
+    def now(graph, backend):
+        seen.append((graph.name, backend))
+        return 0.65
+
+    got = speed_against_build("ort-cpu", tmp_path, measure_ms=now)
+    assert seen == [("speed-reference", "ort-cpu")]
+    assert got["build_probes"] == 2 and got["build_ms"] == pytest.approx(0.52)
+    assert got["ratio"] == pytest.approx(1.25) and "25 % slower" in got["warning"]
+    assert speed_against_build("ort-cpu", tmp_path, measure_ms=lambda g, b: 0.53)["warning"] is None
+    # nothing to compare with, or nothing measured: no figure, never an error
+    assert speed_against_build("ort-cpu", tmp_path / "none", measure_ms=now) is None
+    assert speed_against_build("ort-cpu", None, measure_ms=now) is None
+    assert speed_against_build("ort-cpu", tmp_path, measure_ms=lambda g, b: None) is None
+
+    def broken(graph, backend):
+        raise RuntimeError("worker died")
+
+    assert speed_against_build("ort-cpu", tmp_path, measure_ms=broken) is None
+
+
+def test_a_build_that_joins_rows_made_at_another_speed_says_so(tmp_path):
+    from nnmeter.builder import BuildResult, _note_speed
+
+    SpeedReference(tmp_path).probe(_Prof([0.50]), "start", force=True)
+    earlier = read_reference(tmp_path)
+    ref = SpeedReference(tmp_path)
+    for ms in (0.62, 0.63):
+        ref.probe(_Prof([ms]), "profile", force=True)
+    res = BuildResult(backend_id="ort-cpu", dataset_dir=str(tmp_path))
+    _note_speed(res, ref, "this build", earlier)
+    assert res.speed_reference["against_earlier"] == pytest.approx(1.25)
+    assert any("earlier builds" in w and "1.25x" in w for w in res.warnings)
+    fresh = BuildResult(backend_id="ort-cpu", dataset_dir=str(tmp_path))
+    _note_speed(fresh, ref, "this build", [])  # a new dataset: nothing to join
+    assert "against_earlier" not in fresh.speed_reference and not fresh.warnings
+
+
+def test_docstring_examples_stay_true():
+    import doctest
+
+    import nnmeter.devices.reference as mod
+
+    result = doctest.testmod(mod)
+    assert result.failed == 0 and result.attempted >= 8
