@@ -1180,6 +1180,10 @@ class TransferResult:
                     f"chosen on {max(v['models'] for v in scores.values())} whole models "
                     f"left out one by one (rms log error " + ", ".join(
                         f"{k}: {v['loo_rms_log']:.3f}" for k, v in scores.items()) + ")")
+        ref = self.speed_reference
+        if ref:
+            lines.append(f"speed reference: {ref['probes']} probes, {ref['min_ms']:.3g}-"
+                         f"{ref['max_ms']:.3g} ms (drift {100 * ref['drift']:.1f} %)")
         if self.stopped_by_budget:
             lines.append("stopped by the budget; rerun the same command to continue")
         lines.extend(f"warning: {w}" for w in self.warnings)

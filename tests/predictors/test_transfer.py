@@ -235,6 +235,9 @@ def test_the_build_summary_says_which_strength_and_why():
     text = res.summary()
     assert "correction strength 0.5 (1: per kernel, 0: one factor), chosen on 36 whole " \
            "models left out one by one (rms log error 1.0: 0.084, 0.5: 0.082)" in text
+    assert "speed reference" not in text  # none measured
+    res.speed_reference = {"probes": 4, "min_ms": 0.52, "max_ms": 0.65, "drift": 0.141}
+    assert "speed reference: 4 probes, 0.52-0.65 ms (drift 14.1 %)" in res.summary()
 
 
 class _Adapted:
