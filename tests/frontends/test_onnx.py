@@ -492,6 +492,28 @@ def test_an_if_on_a_constant_condition_runs_the_branch_it_selects():
     assert ops(True).count("reshape") == ops(False).count("reshape") + 1
 
 
+def test_a_branch_that_returns_an_outer_tensor_as_it_is_does_not_rename_its_readers():
+    """The selected branch returns ``r`` (computed outside it) and also reads it: its
+    reader keeps reading ``r``, and the If's output is a copy of it."""
+    branch = helper.make_graph([helper.make_node("Sigmoid", ["r"], ["s"], name="sig")], "b", [],
+                               [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+                                helper.make_tensor_value_info("s", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["r"], ["i"]),
+                               helper.make_node("Identity", ["r"], ["j"])], "o", [],
+                              [helper.make_tensor_value_info("i", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("j", TensorProto.FLOAT, None)])
+    model = _model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                    helper.make_node("Equal", ["one", "one"], ["c"]),
+                    helper.make_node("If", ["c"], ["a", "b"], then_branch=branch, else_branch=other),
+                    helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                   [_vi("x", [1, 4])], [_vi("y", [1, 4])], [_init("one", np.array([1], np.int64))])
+    g = load_onnx(model)
+    by_name = {n.name: n for n in g.nodes()}
+    assert by_name["sig"].inputs[0].node == "relu"
+    assert sorted(r.node for r in by_name["add"].inputs) == ["relu", "sig"]
+    assert g.lint() == []
+
+
 def test_an_if_on_a_computed_condition_stays_one_unknown_node():
     then = _branch("then", [helper.make_node("Relu", ["x"], ["a"])], "a")
     other = _branch("else", [helper.make_node("Sigmoid", ["x"], ["b"])], "b")

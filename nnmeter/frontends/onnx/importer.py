@@ -292,7 +292,11 @@ class Importer:
         import onnx
         from onnx import helper, numpy_helper
 
-        rename = {o.name: t for o, t in zip(branch.output, node.output) if t}
+        made = {t for bn in branch.node for t in bn.output if t}
+        returns = [(o.name, t) for o, t in zip(branch.output, node.output) if t]
+        # a tensor the branch computes takes the If's output name; one it only passes
+        # on (an outer tensor, returned as it is) is copied by an Identity instead
+        rename = {src: dst for src, dst in returns if src in made}
         for init in branch.initializer:
             self.set_const(init.name, numpy_helper.to_array(init))
         added: list[Any] = []
@@ -304,9 +308,8 @@ class Importer:
             for k, t in enumerate(c.output):
                 c.output[k] = rename.get(t, t)
             added.append(c)
-        made = {t for c in added for t in c.output}
-        for src, dst in rename.items():
-            if dst not in made:  # the branch returns a tensor it did not compute
+        for src, dst in returns:
+            if src not in made:
                 added.append(helper.make_node("Identity", [src], [dst],
                                               name=f"{node.name or 'If'}/{dst}"))
         start = len(self.nodes)
