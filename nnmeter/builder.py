@@ -51,8 +51,7 @@ from typing import Any
 import numpy as np
 
 from nnmeter.devices.reference import (
-    SpeedReference, compare_records, drift_warning, read_reference, speed_change_warning,
-    summarize,
+    SpeedReference, compare_records, describe, drift_warning, speed_change_warning, summarize,
 )
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
                             SettingsError, UnknownSettingError, UnsupportedOpError)
@@ -1082,7 +1081,6 @@ def build_predictor(
             backend_id, ds.directory, calibrations) else 0.0
         profile_deadline = t_start + max(0.0, budget_s * (1.0 - share) - reserve_s)
         calibrate_deadline = deadline - reserve_s if budget_s > 0 else None
-        earlier = read_reference(ds.directory) if own_profiler else []
         reference = SpeedReference(ds.directory) if own_profiler else None
         if own_profiler:
             from nnmeter.backends import Profiler
@@ -1110,20 +1108,20 @@ def build_predictor(
                 result.phases["train"] = (time.monotonic() - t_phase) / 60
         finally:
             result.minutes = (time.monotonic() - t_start) / 60
-            _note_speed(result, reference, "this build", earlier)
+            _note_speed(result, reference, "this build")
             ds.append_raw("builds.jsonl", result.as_dict())
         return result
 
 
-def _note_speed(result: Any, reference: SpeedReference | None, what: str,
-                earlier: list[dict[str, Any]] | None = None) -> None:
+def _note_speed(result: Any, reference: SpeedReference | None, what: str) -> None:
     """The build's speed-reference summary into ``result``, and a warning (logged too)
     when the device's speed moved during it, or when it ran at another speed than the
-    dataset's ``earlier`` builds, whose rows it joins (:mod:`nnmeter.devices.reference`)."""
+    dataset's earlier builds, whose rows it joins (``reference.earlier``,
+    :mod:`nnmeter.devices.reference`)."""
     if reference is None or not reference.points:
         return
     result.speed_reference = summarize(reference.points)
-    ratio = compare_records(earlier or [], reference.points)
+    ratio = compare_records(reference.earlier, reference.points)
     if ratio is not None:
         result.speed_reference["against_earlier"] = ratio
     for warning in (drift_warning(result.speed_reference, what),
@@ -1180,10 +1178,8 @@ class TransferResult:
                     f"chosen on {max(v['models'] for v in scores.values())} whole models "
                     f"left out one by one (rms log error " + ", ".join(
                         f"{k}: {v['loo_rms_log']:.3f}" for k, v in scores.items()) + ")")
-        ref = self.speed_reference
-        if ref:
-            lines.append(f"speed reference: {ref['probes']} probes, {ref['min_ms']:.3g}-"
-                         f"{ref['max_ms']:.3g} ms (drift {100 * ref['drift']:.1f} %)")
+        if self.speed_reference:
+            lines.append(describe(self.speed_reference))
         if self.stopped_by_budget:
             lines.append("stopped by the budget; rerun the same command to continue")
         lines.extend(f"warning: {w}" for w in self.warnings)
@@ -1295,7 +1291,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         measure_deadline = t0 + SAMPLE_SHARE * budget
 
         own = profiler is None
-        earlier = read_reference(ds_dir) if own else []
         reference = SpeedReference(ds_dir) if own else None
         if own:
             from nnmeter.backends import Profiler
@@ -1344,6 +1339,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
             cache_as_trained(pred, dataset, root)
         result.phases["train"] = (time.monotonic() - t3) / 60
         result.minutes = (time.monotonic() - t0) / 60
-        _note_speed(result, reference, "this transfer build", earlier)
+        _note_speed(result, reference, "this transfer build")
         ds.append_raw("builds.jsonl", {"kind": "transfer", **result.as_dict()})
         return result

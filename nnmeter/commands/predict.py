@@ -265,10 +265,10 @@ def _build(args: argparse.Namespace) -> int:
     print_table(["kernel type", "samples", "held-out ±10 % acc", "minutes"], rows)
     print(f"\n{result.measurements} measurements in {result.minutes:.1f} min; data in "
           f"{result.dataset_dir}")
-    ref = result.speed_reference
-    if ref:
-        print(f"speed reference: {ref['probes']} probes, {ref['min_ms']:.3g}-"
-              f"{ref['max_ms']:.3g} ms (drift {100 * ref['drift']:.1f} %)")
+    if result.speed_reference:
+        from nnmeter.devices.reference import describe
+
+        print(describe(result.speed_reference))
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if result.stopped_by_budget:

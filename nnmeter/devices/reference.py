@@ -55,7 +55,7 @@ from typing import Any
 __all__ = ["REFERENCE_FILE", "PROBE_EVERY_S", "DRIFT_WARN", "reference_graph",
            "SpeedReference", "ProbingProfiler", "read_reference", "summarize",
            "drift_warning", "compare_records", "set_against_builds", "SPEED_WARN",
-           "speed_change_warning", "speed_against_build"]
+           "speed_change_warning", "speed_against_build", "describe"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,16 @@ def summarize(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return {"probes": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms),
             "max_ms": max(ms), "drift": max(held) / min(ms) - 1.0,
             "first": points[0].get("timestamp"), "last": points[-1].get("timestamp")}
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line for a :func:`summarize` result, as the build summaries print it.
+
+    >>> describe({"probes": 4, "min_ms": 0.52, "max_ms": 0.65, "drift": 0.141})
+    'speed reference: 4 probes, 0.52-0.65 ms (drift 14.1 %)'
+    """
+    return (f"speed reference: {summary['probes']} probes, {summary['min_ms']:.3g}-"
+            f"{summary['max_ms']:.3g} ms (drift {100 * summary['drift']:.1f} %)")
 
 
 def drift_warning(summary: dict[str, Any] | None, what: str, *,
@@ -222,6 +232,9 @@ class SpeedReference:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = Path(directory)
         self.tag = tag
+        #: the probes already in the record when this object was made (an earlier build
+        #: of the same dataset, or an earlier run of the same set)
+        self.earlier: list[dict[str, Any]] = read_reference(self.directory, tag=tag)
         self.every_s = float(every_s)
         self._clock = clock
         self._last: float | None = None

@@ -193,11 +193,7 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
                                     meta={**meta, "cache": str(where)},
                                     composition=Composition.from_records(meta.get("terms"),
                                                                          TERMS))
-            pred.resolution = resolution
-            pred.source_files = sources
-            pred.dataset_dir = str(ds_dir)
-            pred.intervals = intervals
-            return pred
+            return _loaded(pred, resolution, sources, ds_dir, intervals)
         except Exception as err:  # noqa: BLE001 - any broken cache is rebuilt, never fatal
             logger.warning("ignoring a broken predictor cache (%s: %s); retraining it",
                            type(err).__name__, err)
@@ -213,6 +209,15 @@ def _load_predictor(backend_id: str, *, dataset: str | None = None,
     pred.resolution = resolution
     if use_cache:
         _save(pred, where, key)
+    return _loaded(pred, resolution, sources, ds_dir, intervals)
+
+
+def _loaded(pred: LatencyPredictor, resolution: Any, sources: list[str], ds_dir: Path,
+            intervals: Any) -> LatencyPredictor:
+    """``pred`` with what loading found out beside its regressors (how the dataset was
+    chosen, the files the memo checks, the dataset's folder, its intervals), whether it
+    came from the cache or was trained."""
+    pred.resolution = resolution
     pred.source_files = sources
     pred.dataset_dir = str(ds_dir)
     pred.intervals = intervals

@@ -241,17 +241,19 @@ def test_a_measurement_is_compared_with_its_predictors_build(tmp_path):
 def test_a_build_that_joins_rows_made_at_another_speed_says_so(tmp_path):
     from nnmeter.builder import BuildResult, _note_speed
 
+    new = SpeedReference(tmp_path / "new")  # a new dataset: nothing to join
     SpeedReference(tmp_path).probe(_Prof([0.50]), "start", force=True)
-    earlier = read_reference(tmp_path)
     ref = SpeedReference(tmp_path)
-    for ms in (0.62, 0.63):
-        ref.probe(_Prof([ms]), "profile", force=True)
+    assert [p["latency_ms"] for p in ref.earlier] == [0.50]
+    for r in (ref, new):
+        for ms in (0.62, 0.63):
+            r.probe(_Prof([ms]), "profile", force=True)
     res = BuildResult(backend_id="ort-cpu", dataset_dir=str(tmp_path))
-    _note_speed(res, ref, "this build", earlier)
+    _note_speed(res, ref, "this build")
     assert res.speed_reference["against_earlier"] == pytest.approx(1.25)
     assert any("earlier builds" in w and "1.25x" in w for w in res.warnings)
-    fresh = BuildResult(backend_id="ort-cpu", dataset_dir=str(tmp_path))
-    _note_speed(fresh, ref, "this build", [])  # a new dataset: nothing to join
+    fresh = BuildResult(backend_id="ort-cpu", dataset_dir=str(tmp_path / "new"))
+    _note_speed(fresh, new, "this build")
     assert "against_earlier" not in fresh.speed_reference and not fresh.warnings
 
 

@@ -205,19 +205,30 @@ def inferred_shapes(model: Any, name: str) -> dict[str, tuple[int, ...]]:
     """Static shapes of the tensors of ``model`` by ONNX shape inference; where inference
     fails (logged as a warning), the shapes the model itself declares. ``name`` is the
     model name used in the warning."""
+    got = _infer(model)
+    if isinstance(got, Exception):
+        log.warning("ONNX shape inference failed on %s (%s); continuing without it",
+                    name, got)
+        return _static_shapes(model.graph)
+    return _static_shapes(got.graph)
+
+
+def _infer(model: Any) -> Any:
+    """ONNX shape inference on ``model`` (values propagated, types unchecked); the
+    exception instead when it fails."""
     import onnx
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(
-            model, check_type=False, strict_mode=False, data_prop=True
-        )
+        return onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as err:
-        log.warning("ONNX shape inference failed on %s (%s); continuing without it",
-                    name, err)
-        inferred = model
+        return err
+
+
+def _static_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
+    """Every tensor of ``graph`` whose type carries a static shape, by name."""
     shapes: dict[str, tuple[int, ...]] = {}
-    g = inferred.graph
-    for vi in list(g.value_info) + list(g.output) + list(g.input):
+    for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
         shape = static_shape(vi.type)
         if shape is not None:
             shapes[vi.name] = shape
@@ -235,7 +246,7 @@ def node_shapes(node: Any, opset_imports: Sequence[Any],
     torch writes ``local_response_norm``); the node alone then has static inputs.
     Empty where inference cannot say (a subgraph, a missing input, a custom domain)."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     if node.domain not in ("", "ai.onnx") or any(
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -248,28 +259,31 @@ def node_shapes(node: Any, opset_imports: Sequence[Any],
         if t not in inputs:
             return {}
         shape, value = inputs[t]
-        if value is not None:
-            try:
-                inits.append(numpy_helper.from_array(np.asarray(value), t))
-                continue
-            except (TypeError, ValueError):
-                pass
-        g_inputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape)))
+        init = _initializer(t, value)
+        if init is not None:
+            inits.append(init)
+        else:  # known by shape only (or a value ONNX cannot hold): a typed input
+            g_inputs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape)))
     outs = [helper.make_empty_tensor_value_info(t) for t in node.output if t]
     graph = helper.make_graph([node], "node", g_inputs, outs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=list(opset_imports))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(
-            model, check_type=False, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as err:
-        log.debug("ONNX shape inference of %s alone failed: %s", node.op_type, err)
+    got = _infer(helper.make_model(graph, opset_imports=list(opset_imports)))
+    if isinstance(got, Exception):
+        log.debug("ONNX shape inference of %s alone failed: %s", node.op_type, got)
         return {}
-    shapes = {}
-    for vi in list(inferred.graph.output) + list(inferred.graph.value_info):
-        shape = static_shape(vi.type)
-        if shape is not None:
-            shapes[vi.name] = shape
-    return shapes
+    return {t: s for t, s in _static_shapes(got.graph).items() if t in node.output}
+
+
+def _initializer(name: str, value: np.ndarray | None) -> Any:
+    """``value`` as an ONNX initializer named ``name``; None for no value or one ONNX
+    cannot hold."""
+    from onnx import numpy_helper
+
+    if value is None:
+        return None
+    try:
+        return numpy_helper.from_array(np.asarray(value), name)
+    except (TypeError, ValueError):
+        return None
 
 
 def initializers(model: Any) -> Iterator[tuple[str, np.ndarray | None, tuple[int, ...]]]:
