@@ -120,6 +120,9 @@ def main() -> None:
     ap.add_argument("--no-ablation", action="store_true",
                     help="skip the two ablations of the transfer (one global factor on the "
                          "unadapted predictor; the transfer's own rows alone, no source)")
+    ap.add_argument("--suffix", default=None,
+                    help="written as experiments/results/device_transfer_<backend>@<device>"
+                         "_<suffix>.txt/.json, beside the default files rather than over them")
     args = ap.parse_args()
     ub, uds = args.unadapted.split(":", 1)
     families = set(args.families.split(",")) if args.families else None
@@ -234,7 +237,8 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     stem = f"device_transfer_{args.backend}" + \
-        (f"@{args.truth_device}" if args.truth_device else "")
+        (f"@{args.truth_device}" if args.truth_device else "") + \
+        (f"_{args.suffix}" if args.suffix else "")
     (OUT / f"{stem}.txt").write_text(text)
     (OUT / f"{stem}.json").write_text(json.dumps(report, indent=1))
 

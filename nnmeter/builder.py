@@ -1207,9 +1207,14 @@ def measured_keys(ds: KernelDataset) -> set[tuple[str, str]]:
             if isinstance(r.get("config"), dict)}
 
 
+#: seconds the calibrations must leave of their share for a transfer to measure kernels
+#: again before it trains (a worker starts in seconds; a shorter pass is not worth it)
+LEFTOVER_MIN_S = 60.0
+
+
 def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 10.0,
                    dataset: str | None = None, profiler: Any = None, progress: bool = True,
-                   root: Any = None, limit: int = 1000) -> TransferResult:
+                   root: Any = None, limit: int | None = None) -> TransferResult:
     """Build this machine's predictor for ``backend_id`` by adapting ``source``'s
     (:mod:`nnmeter.predictors.transfer`) within ``budget_minutes`` of wall time, all
     phases included: plan, measure the planned kernels, calibrate, train.
@@ -1217,7 +1222,9 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     Resumable: configurations already in the dataset are not measured again, and the
     calibrations continue where they stopped. Without ``dataset``, a machine whose own
     dataset holds a full build gets the transfer beside it (``<dataset>-transfer``),
-    never mixed into it.
+    never mixed into it. ``limit`` caps the configurations planned; by default it grows
+    with the budget (:func:`~nnmeter.predictors.transfer.plan_size`), as does the number
+    of zoo variants the plan partitions.
 
     Raises
     ------
@@ -1231,8 +1238,8 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     from nnmeter.predictors import load_predictor
     from nnmeter.predictors.dataset import write_calibration
     from nnmeter.predictors.transfer import (
-        CALIBRATION_SHARE, MIN_PER_TYPE, PLAN_SEED, PLAN_VARIANTS, SAMPLE_SHARE,
-        TRANSFER_FILE, find_source, plan_configs,
+        CALIBRATION_SHARE, MIN_PER_TYPE, PLAN_SEED, SAMPLE_SHARE, TRANSFER_FILE,
+        find_source, plan_configs, plan_size,
     )
     from nnmeter.sampling.prior import config_key
 
@@ -1242,6 +1249,8 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                             f"{budget_minutes!r}")
     t0 = time.monotonic()
     budget = budget_minutes * 60.0
+    planned_limit, variants = plan_size(budget_minutes)
+    limit = planned_limit if limit is None else limit
     src = find_source(backend_id, source, root)
     named = dataset is not None
     if dataset is None:
@@ -1277,57 +1286,89 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
             "source": src.device_name or src.dataset_id,
             "source_fingerprint_id": src.fingerprint_id,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "plan": {"variants_per_family": PLAN_VARIANTS, "seed": PLAN_SEED,
+            "plan": {"variants_per_family": variants, "seed": PLAN_SEED,
                      "limit": limit, "min_per_type": MIN_PER_TYPE}})
     result = TransferResult(backend_id, str(ds_dir), src.dataset_id)
     with ds.writer_lock("transfer build"):
 
         src_pred = load_predictor(src.backend_id, dataset=src.dataset_id, root=root)
-        plan = plan_configs(src_pred, src.directory, backend_id, limit=limit)
+        plan = plan_configs(src_pred, src.directory, backend_id, limit=limit,
+                            n_per_family=variants)
         result.planned = len(plan)
         done = measured_keys(ds)
         todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
         result.phases["plan"] = (time.monotonic() - t0) / 60
         measure_deadline = t0 + SAMPLE_SHARE * budget
+        # what the calibrations leave of their share goes back to the kernels, up to the
+        # training's share at the end
+        late_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
 
         own = profiler is None
         reference = SpeedReference(ds_dir) if own else None
-        if own:
-            from nnmeter.backends import Profiler
+        queue = iter(todo)
 
-            profiler = reference.watch(Profiler(backend_id), "measure")
-        bar = None
-        if progress and todo:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(todo), desc="transfer: measuring kernels", unit="cfg",
-                       leave=True)
-        t1 = time.monotonic()
-        try:
-            for t, cfg, _why in todo:
-                if time.monotonic() >= measure_deadline:
-                    result.stopped_by_budget = True
-                    break
-                got = profile_configs(t, [cfg], "transfer", profiler=profiler, dataset=ds,
-                                      deadline=measure_deadline)
-                result.measurements += 1
-                result.types[t] = result.types.get(t, 0) + len(got)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
+        def measure_until(deadline: float, desc: str, start: str) -> None:
+            """Measure the plan's next configurations until ``deadline`` or its end."""
+            prof = profiler
             if own:
-                profiler.close()
-        result.phases["measure"] = (time.monotonic() - t1) / 60
+                from nnmeter.backends import Profiler
+
+                prof = reference.watch(Profiler(backend_id), "measure", start)
+            bar = None
+            if progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(todo), initial=result.measurements, desc=desc,
+                           unit="cfg", leave=True)
+            t1 = time.monotonic()
+            result.stopped_by_budget = False
+            try:
+                for t, cfg, _why in queue:
+                    got = profile_configs(t, [cfg], "transfer", profiler=prof, dataset=ds,
+                                          deadline=deadline)
+                    result.measurements += 1
+                    result.types[t] = result.types.get(t, 0) + len(got)
+                    if bar is not None:
+                        bar.update(1)
+                    if time.monotonic() >= deadline:
+                        result.stopped_by_budget = result.measurements < len(todo)
+                        break
+            finally:
+                if bar is not None:
+                    bar.close()
+                if own:
+                    prof.close()
+                result.phases["measure"] = (result.phases.get("measure", 0.0)
+                                            + (time.monotonic() - t1) / 60)
+
+        if todo and time.monotonic() < measure_deadline:
+            measure_until(measure_deadline, "transfer: measuring kernels", "start")
+        else:
+            result.stopped_by_budget = bool(todo)
+            result.phases["measure"] = 0.0
 
         t2 = time.monotonic()
         if own and ds.meta() is not None:
-            cal_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
             with reference.around(backend_id):
                 result.calibrated = list(calibrate(backend_id, ds_dir, None,
-                                                   deadline=cal_deadline, progress=progress))
+                                                   deadline=late_deadline, progress=progress))
         result.phases["calibrate"] = (time.monotonic() - t2) / 60
+        # what the calibrations left: first a second pass over the in-model models (they
+        # set the level of every prediction, and one pass caught at a slow moment of a
+        # shared host pulls all of it: each model keeps its fastest pass), then kernels
+        if own and late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
+            from nnmeter.predictors.in_model import add_in_model_pass, passes_taken
+
+            if passes_taken(backend_id, ds_dir) == 1:
+                t4 = time.monotonic()
+                with reference.around(backend_id, "in-model pass"):
+                    add_in_model_pass(backend_id, ds_dir, deadline=late_deadline,
+                                      progress=progress)
+                result.calibrated.append("in_model (second pass)")
+                result.phases["calibrate"] += (time.monotonic() - t4) / 60
+        if result.stopped_by_budget and late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
+            measure_until(late_deadline, "transfer: measuring kernels (time the "
+                          "calibrations left)", "measure")
 
         t3 = time.monotonic()
         pred = load_predictor(backend_id, dataset=dataset, root=root)

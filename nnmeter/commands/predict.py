@@ -64,7 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="adapt DEVICE's predictor (a device name, dataset id or fingerprint "
                         "id from `nnmeter devices`) to this machine: measure only the kernel "
                         "configurations that matter most and the calibrations, within "
-                        "--budget-minutes (10 is enough)")
+                        "--budget-minutes (10 is the budget it was designed and scored "
+                        "for; a longer one plans more configurations, and time the "
+                        "calibrations leave goes to a second pass over the in-model "
+                        "models, then to more kernels)")
     p.add_argument("--rounds", type=int, default=3, help="adaptive rounds per kernel type")
     add_runner_arguments(p)
     add_json(p)

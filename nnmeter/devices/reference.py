@@ -278,10 +278,11 @@ class SpeedReference:
         self.points.append(point)
         return point
 
-    def watch(self, profiler: Any, phase: str) -> "ProbingProfiler":
-        """Probe now through ``profiler`` (the start of the work) and hand back the
-        profiler that probes again whenever one is due while ``phase`` runs."""
-        self.probe(profiler, "start", force=True)
+    def watch(self, profiler: Any, phase: str, start: str = "start") -> "ProbingProfiler":
+        """Probe now through ``profiler`` (the start of the work; ``start`` labels that
+        probe) and hand back the profiler that probes again whenever one is due while
+        ``phase`` runs."""
+        self.probe(profiler, start, force=True)
         return ProbingProfiler(profiler, self, phase)
 
     @contextlib.contextmanager

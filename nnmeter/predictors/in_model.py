@@ -75,7 +75,7 @@ __all__ = ["IN_MODEL_FILE", "GROUPS", "ATTENTION_FAMILIES", "VARIANTS", "SEED", 
            "kernel_group",
            "calibration_models", "extend_in_model", "ATTENTION_TYPES", "wants_transformers", "planned_in_model_work",
            "measure_in_model",
-           "read_in_model", "add_in_model_pass", "KernelTable", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS",
+           "read_in_model", "add_in_model_pass", "passes_taken", "KernelTable", "fit_per_mb", "SCALE_MS_PER_MB", "BOUNDS",
            "per_kernel_columns", "SCALE_MS_PER_KERNEL", "BOUNDS_PER_KERNEL", "FORM_TOLERANCE"]
 
 logger = logging.getLogger(__name__)
@@ -313,6 +313,16 @@ def measure_in_model(backend_id: str, dataset_dir: str | os.PathLike, *,
     return rec
 
 
+def passes_taken(backend_id: str, dataset_dir: str | os.PathLike) -> int:
+    """The fewest passes a model of the dataset's in-model record has (0 without one)."""
+    from nnmeter.predictors.dataset import KernelDataset
+
+    rec = read_in_model(KernelDataset(Path(dataset_dir), backend_id))
+    if rec is None:
+        return 0
+    return min(len(p.get("passes") or [p["latency_ms"]]) for p in rec["points"])
+
+
 def _existing_record(backend_id: str, dataset_dir: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     """The dataset in ``dataset_dir`` and its applied in-model record, which a further
     pass or more models need (:class:`DatasetError` naming the file when there is none)."""
@@ -328,7 +338,8 @@ def _existing_record(backend_id: str, dataset_dir: str | os.PathLike) -> tuple[A
 
 def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
                       core: int | str | None = "auto", profiler: Any = None,
-                      progress: bool = False) -> dict[str, Any]:
+                      progress: bool = False, deadline: float | None = None
+                      ) -> dict[str, Any]:
     """Measure every model of the dataset's in-model record once more, now, and keep
     each model's time as the fastest of its passes (interference on a shared machine
     only ever adds time, and one pass caught at a slow moment pulls the fit its way).
@@ -336,7 +347,8 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
     Each point gets ``passes`` (every pass's ms, in order; a point measured before this
     existed counts its ``latency_ms`` as its first pass) and ``passed_at`` (when each
     was taken); ``latency_ms`` becomes their minimum. The record is rewritten in place
-    after every model, so a stopped run keeps the passes it took. Returns the record.
+    after every model, so a stopped run keeps the passes it took; past ``deadline``
+    (``time.monotonic()`` seconds) it stops between two models. Returns the record.
 
     Raises
     ------
@@ -357,6 +369,8 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
     try:
         for point in tqdm(rec["points"], unit="model", disable=not progress,
                           desc=f"another pass over the in-model models ({backend_id})"):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             m = prof.measure(get_variant(str(point["variant"])).build())
             if not m.ok:
                 logger.warning("in-model pass: %s failed: %s", point["variant"], m.error)

@@ -15,7 +15,12 @@ kernel data and predictor and measures on this machine only what it must:
    (``origin: "transfer"``), one at a time, so a stopped build resumes.
 2. **The calibrations** the device needs (overhead, reorders, chain...; about a third of
    the budget), measured here, bounded by the budget and resumable
-   (:func:`nnmeter.builder.calibrate`).
+   (:func:`nnmeter.builder.calibrate`). What they leave of their share (a long budget
+   finishes them early) goes first to a second pass over the in-model models, each
+   keeping its fastest pass (they set the level of every prediction, and a shared host
+   caught at a slow moment moves all of it), then back to the planned kernels. A budget
+   past ten minutes plans proportionally more configurations from more zoo variants
+   (:func:`plan_size`).
 3. **The adaptation** (training, the rest). The target device's composition terms are
    fitted on its own rows; the source's on the source rows. A *correction model*
    (:class:`LogRatioCorrection`) learns ``log(target kernel ms / source kernel ms)``
@@ -60,7 +65,7 @@ import numpy as np
 
 from nnmeter.errors import DatasetError
 
-__all__ = ["TRANSFER_FILE", "find_source", "plan_configs", "read_transfer",
+__all__ = ["TRANSFER_FILE", "find_source", "plan_size", "plan_configs", "read_transfer",
            "train_transfer", "LogRatioCorrection", "MIN_PER_TYPE", "STRENGTHS",
            "choose_strength", "record_strength"]
 
@@ -71,8 +76,22 @@ TRANSFER_FILE = "transfer.json"
 MIN_PER_TYPE = 6
 #: share of the budget for kernel measurements, calibrations; the rest trains
 SAMPLE_SHARE, CALIBRATION_SHARE = 0.52, 0.36
-#: zoo variants per family the plan partitions (seed 0: never a reported set)
-PLAN_VARIANTS, PLAN_SEED = 3, 0
+#: zoo variants per family the plan partitions (seed 0: never a reported set), and the
+#: configurations it plans, for a ten-minute budget; a longer budget scales both
+PLAN_VARIANTS, PLAN_SEED, PLAN_LIMIT = 3, 0, 1000
+
+
+def plan_size(budget_minutes: float) -> tuple[int, int]:
+    """``(configurations, zoo variants per family)`` a transfer of ``budget_minutes``
+    plans: :data:`PLAN_LIMIT` and :data:`PLAN_VARIANTS` for ten minutes or less, in
+    proportion beyond, so that a longer transfer measures more of the zoo's kernels
+    rather than stopping when a ten-minute plan runs out.
+
+    >>> plan_size(10), plan_size(5), plan_size(40)
+    ((1000, 3), (1000, 3), (4000, 12))
+    """
+    scale = max(1.0, float(budget_minutes) / 10.0)
+    return int(round(PLAN_LIMIT * scale)), int(round(PLAN_VARIANTS * scale))
 
 
 # -- the source ------------------------------------------------------------------------

@@ -245,12 +245,13 @@ def test_another_pass_keeps_every_models_fastest_pass(world):
     """add_in_model_pass measures each model again and keeps the fastest of its passes;
     the record on disk holds every pass, and a missing record is a clear error."""
     from nnmeter.errors import DatasetError
-    from nnmeter.predictors.in_model import add_in_model_pass
+    from nnmeter.predictors.in_model import add_in_model_pass, passes_taken
 
     d = kernel_dataset_dir("ort-cpu@fake", world)
     ds = KernelDataset(d, "ort-cpu")
     with pytest.raises(DatasetError, match="in_model.json"):
         add_in_model_pass("ort-cpu", d, profiler=LinearProfiler())
+    assert passes_taken("ort-cpu", d) == 0
     names = [m.name for m in calibration_models() if m.family == "nasbench201"][:2]
     # the first model was measured slow once, the second fast
     rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
@@ -272,6 +273,11 @@ def test_another_pass_keeps_every_models_fastest_pass(world):
         # a third pass appends again
         add_in_model_pass("ort-cpu", d, profiler=prof)
         assert len(json.loads((d / IN_MODEL_FILE).read_text())["points"][0]["passes"]) == 3
+        assert passes_taken("ort-cpu", d) == 3
+        # past its deadline a pass measures nothing, and the record keeps what it had
+        calls = prof.calls
+        add_in_model_pass("ort-cpu", d, profiler=prof, deadline=time.monotonic() - 1)
+        assert prof.calls == calls and passes_taken("ort-cpu", d) == 3
     finally:
         (d / IN_MODEL_FILE).unlink()
         clear_memo()

@@ -14,7 +14,7 @@ from nnmeter.fusion.rules import FusionRules
 from nnmeter.predictors import load_predictor
 from nnmeter.predictors.dataset import KernelDataset, kernel_dataset_dir
 from nnmeter.predictors.transfer import (LogRatioCorrection, choose_strength, find_source,
-                                        plan_configs)
+                                        plan_configs, plan_size)
 
 RULES = FusionRules.from_decisions("ort-cpu", pairs={("conv", "bn"): True, ("bn", "relu"): True})
 
@@ -90,6 +90,21 @@ def test_the_plan_puts_the_zoo_first_and_covers_every_zoo_type(world):
     assert len(keys) == len(set(keys))  # nothing planned twice
 
 
+def test_a_longer_budget_plans_more_configs_from_more_zoo_variants(world):
+    assert plan_size(10) == plan_size(3) == (1000, 3)
+    limit, variants = plan_size(40)
+    assert limit == 4000 and variants == 12
+    src = load_predictor("ort-cpu", dataset="ort-cpu@src", root=world)
+    ds_dir = kernel_dataset_dir("ort-cpu@src", world)
+
+    def zoo_configs(n):
+        plan = plan_configs(src, ds_dir, "ort-cpu", limit=100_000, n_per_family=n)
+        return {(t, json.dumps(c, sort_keys=True)) for t, c, w in plan if w == "zoo"}
+
+    few, many = zoo_configs(1), zoo_configs(4)
+    assert few < many  # the same seed's first variants, and more of them
+
+
 def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
     tgt = DeviceProfiler("tgt", ("avx2", "fma"), 2.0, overhead=0.02)
     res = build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@tgt",
@@ -124,6 +139,38 @@ def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
     build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@tgt",
                       profiler=again, progress=False, root=world, limit=80)
     assert again.calls == 0
+
+
+def test_the_time_the_calibrations_leave_goes_back_to_the_kernels(world, monkeypatch):
+    # a clock that moves only when a kernel is measured (one second each): a one-minute
+    # budget measures 32 configurations by its sample share (0.52); this fake device
+    # calibrates nothing, so the calibration share (0.36) measures about 21 more
+    import time as time_module
+
+    import nnmeter.builder as builder
+
+    now = [1000.0]
+    monkeypatch.setattr(time_module, "monotonic", lambda: now[0])
+
+    class Clocked(DeviceProfiler):
+        def measure(self, graph, on_error="record", **protocol):
+            now[0] += 1.0
+            return super().measure(graph, on_error, **protocol)
+
+    monkeypatch.setattr(builder, "LEFTOVER_MIN_S", 10.0)
+    tgt = Clocked("tgt-late", ("avx2", "fma"), 2.0)
+    res = build_by_transfer("ort-cpu", "src", budget_minutes=1, dataset="ort-cpu@tgt-late",
+                            profiler=tgt, progress=False, root=world, limit=200)
+    assert res.planned > 60
+    assert res.measurements == tgt.calls == 53  # 60 s * (0.52 + 0.36), one second each
+    assert res.stopped_by_budget
+    assert res.phases["measure"] == pytest.approx(53 / 60)
+    # without a second pass: the sample share alone
+    monkeypatch.setattr(builder, "LEFTOVER_MIN_S", 1e9)
+    one = Clocked("tgt-late2", ("avx2", "fma"), 2.0)
+    res1 = build_by_transfer("ort-cpu", "src", budget_minutes=1, dataset="ort-cpu@tgt-late2",
+                             profiler=one, progress=False, root=world, limit=200)
+    assert res1.measurements == 32 and res1.stopped_by_budget
 
 
 def test_a_transfer_refuses_another_source_for_the_same_dataset(world):
