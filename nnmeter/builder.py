@@ -1299,8 +1299,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
         todo = [(t, c, w) for t, c, w in plan if (t, config_key(c)) not in done]
         result.phases["plan"] = (time.monotonic() - t0) / 60
         measure_deadline = t0 + SAMPLE_SHARE * budget
-        # what the calibrations leave of their share goes back to the kernels, up to the
-        # training's share at the end
         late_deadline = t0 + (SAMPLE_SHARE + CALIBRATION_SHARE) * budget
 
         own = profiler is None
@@ -1321,7 +1319,6 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                 bar = tqdm(total=len(todo), initial=result.measurements, desc=desc,
                            unit="cfg", leave=True)
             t1 = time.monotonic()
-            result.stopped_by_budget = False
             try:
                 for t, cfg, _why in queue:
                     got = profile_configs(t, [cfg], "transfer", profiler=prof, dataset=ds,
@@ -1331,21 +1328,17 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                     if bar is not None:
                         bar.update(1)
                     if time.monotonic() >= deadline:
-                        result.stopped_by_budget = result.measurements < len(todo)
                         break
             finally:
                 if bar is not None:
                     bar.close()
                 if own:
                     prof.close()
-                result.phases["measure"] = (result.phases.get("measure", 0.0)
-                                            + (time.monotonic() - t1) / 60)
+                result.phases["measure"] += (time.monotonic() - t1) / 60
 
+        result.phases["measure"] = 0.0
         if todo and time.monotonic() < measure_deadline:
             measure_until(measure_deadline, "transfer: measuring kernels", "start")
-        else:
-            result.stopped_by_budget = bool(todo)
-            result.phases["measure"] = 0.0
 
         t2 = time.monotonic()
         if own and ds.meta() is not None:
@@ -1366,9 +1359,11 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                                       progress=progress)
                 result.calibrated.append("in_model (second pass)")
                 result.phases["calibrate"] += (time.monotonic() - t4) / 60
-        if result.stopped_by_budget and late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
+        if result.measurements < len(todo) and \
+                late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
             measure_until(late_deadline, "transfer: measuring kernels (time the "
                           "calibrations left)", "measure")
+        result.stopped_by_budget = result.measurements < len(todo)
 
         t3 = time.monotonic()
         pred = load_predictor(backend_id, dataset=dataset, root=root)

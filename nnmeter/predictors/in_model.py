@@ -320,7 +320,13 @@ def passes_taken(backend_id: str, dataset_dir: str | os.PathLike) -> int:
     rec = read_in_model(KernelDataset(Path(dataset_dir), backend_id))
     if rec is None:
         return 0
-    return min(len(p.get("passes") or [p["latency_ms"]]) for p in rec["points"])
+    return min(len(_passes(p)) for p in rec["points"])
+
+
+def _passes(point: dict[str, Any]) -> list[float]:
+    """Every pass's ms of an in-model point; a point measured before passes were kept
+    has its ``latency_ms`` as its only pass."""
+    return [float(x) for x in point.get("passes") or [point["latency_ms"]]]
 
 
 def _existing_record(backend_id: str, dataset_dir: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
@@ -376,7 +382,7 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
                 logger.warning("in-model pass: %s failed: %s", point["variant"], m.error)
                 continue
             refuse_other_device(ds, m.device.fingerprint_id if m.device else None)
-            passes = list(point.get("passes") or [float(point["latency_ms"])])
+            passes = _passes(point)
             at = list(point.get("passed_at") or [rec.get("created")])
             passes.append(float(m.latency_ms))
             at.append(stamp)
