@@ -152,8 +152,9 @@ def accuracy_curve(backend: str, device: str, entry: dict[str, Any], out: Path) 
             lines.append(f"{ds:48s} (no such dataset here: skipped)")
             continue
         m = evaluate(load_predictor(backend, dataset=ds).predict_many(graphs), true)
-        n_meas = rows[ds]["measurements"]
-        lines.append(f"{ds:48s} {n_meas:12,d} {rows[ds]['build_minutes']:9.1f} "
+        n_meas, minutes = rows[ds]["measurements"], rows[ds]["build_minutes"]
+        minutes = "unfinished" if minutes is None else f"{minutes:.1f}"
+        lines.append(f"{ds:48s} {n_meas:12,d} {minutes:>9s} "
                      f"{100 * m.acc10:6.1f} {100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
         points.append((n_meas, m.acc10, ds.split("@", 1)[1].replace(device, "").lstrip("-")
                        or "full build"))

@@ -25,17 +25,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_devices)
 
 
-def _build_minutes(directory: Any) -> float:
+def _build_minutes(directory: Any) -> float | None:
+    """The minutes of every build run logged in the dataset's ``builds.jsonl``; None
+    when no run ever finished (a build still measuring, or one stopped before its end:
+    ``nnmeter build`` logs a run when it ends)."""
     path = directory / "builds.jsonl"
     if not path.exists():
-        return 0.0
-    total = 0.0
+        return None
+    total, runs = 0.0, 0
     for line in path.read_text().splitlines():
         try:
             total += float(json.loads(line).get("minutes") or 0.0)
+            runs += 1
         except (ValueError, TypeError, AttributeError):
             continue  # a torn line of a killed build
-    return total
+    return total if runs else None
 
 
 def _accuracy(directory: Any) -> dict[str, Any] | None:
@@ -51,7 +55,8 @@ def _accuracy(directory: Any) -> dict[str, Any] | None:
 def device_table(backend_id: str | None = None, root: Any = None) -> dict[str, Any]:
     """``{"this_machine": {...}, "backends": {backend: [device rows]}}`` for
     ``nnmeter devices --json``: each row ``dataset``, ``device``, ``fingerprint_id``,
-    ``measurements``, ``build_minutes``, ``transfer_from``, ``accuracy`` (the dataset's
+    ``measurements``, ``build_minutes`` (None where no build run has finished: one still
+    measuring or stopped), ``finished``, ``transfer_from``, ``accuracy`` (the dataset's
     ``accuracy.json``, None when never measured), ``this_machine`` (bool) and
     ``used_here`` (the one ``nnmeter predict`` picks on this machine)."""
     from nnmeter.devices.cpu import local_cpu
@@ -82,10 +87,12 @@ def device_table(backend_id: str | None = None, root: Any = None) -> dict[str, A
                     transfer = json.loads(tpath.read_text()).get("source")
                 except ValueError:
                     transfer = "unreadable transfer.json"
+            minutes = _build_minutes(d.directory)
             rows.append({
                 "dataset": d.dataset_id, "device": d.device_name,
                 "fingerprint_id": d.fingerprint_id, "measurements": _rows(d),
-                "build_minutes": round(_build_minutes(d.directory), 1),
+                "build_minutes": None if minutes is None else round(minutes, 1),
+                "finished": minutes is not None,
                 "transfer_from": transfer, "accuracy": _accuracy(d.directory),
                 "isa": d.device.get("isa"), "runtime_version": d.device.get("runtime_version"),
                 "this_machine": bool(local_fid and local_fid in d.fingerprint_ids)
@@ -123,7 +130,8 @@ def _cmd_devices(args: argparse.Namespace) -> int:
             # the folder's name: unique, where two devices of one CPU differ in settings
             rows.append([mark, b, d["dataset"].partition("@")[2] or d["device"] or d["dataset"],
                          d["fingerprint_id"],
-                         d["measurements"], d["build_minutes"],
+                         d["measurements"],
+                         "unfinished" if d["build_minutes"] is None else d["build_minutes"],
                          d["transfer_from"] or "", _acc_text(d["accuracy"]),
                          "yes" if d["this_machine"] else ""])
     if not rows:
@@ -134,6 +142,9 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     nearest = [(b, d) for b, devs in table["backends"].items() for d in devs
                if d["used_here"] and d["selection"] == "nearest"]
     print("\n* = the predictor `nnmeter predict` uses here")
+    if any(not d["finished"] for devs in table["backends"].values() for d in devs):
+        print("unfinished = no build run has ended on that dataset (one still measuring, or "
+              "stopped: rerun the same `nnmeter build` to resume it)")
     for b, d in nearest:
         print(f"{b}: no predictor for this machine; predictions use {d['dataset']}'s. Build "
               f"one: nnmeter build -b {b} --transfer-from {d['dataset']} --budget-minutes 10")

@@ -41,6 +41,18 @@ def test_devices_json_lists_every_device_and_this_machine(two_devices, capsys):
     assert not rows[zen4.name]["used_here"] and rows[zen3.name]["selection"] == "this machine"
 
 
+def test_a_dataset_no_build_run_ended_on_is_unfinished(two_devices, capsys):
+    zen4, zen3 = two_devices  # zen3's dataset has rows and no builds.jsonl: a build running
+    assert cli.main(["devices", "--json"]) == 0
+    rows = {r["device"]: r for r in json.loads(capsys.readouterr().out)["backends"]["ort-cpu"]}
+    assert rows[zen3.name]["build_minutes"] is None and not rows[zen3.name]["finished"]
+    assert rows[zen4.name]["finished"]
+    assert cli.main(["devices"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if "epyc-zen3-avx2-2c" in x and "ort-cpu" in x)
+    assert "unfinished" in line and "rerun the same `nnmeter build`" in text
+
+
 def test_devices_text_marks_the_one_used_here(two_devices, capsys):
     assert cli.main(["devices"]) == 0
     text = capsys.readouterr().out
