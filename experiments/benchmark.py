@@ -129,9 +129,12 @@ def accuracy_curve(backend: str, device: str, entry: dict[str, Any], out: Path) 
 
     from nnmeter import zoo
     from nnmeter.commands.devices import device_table
+    from nnmeter.devices.datasets import model_set_path
+    from nnmeter.devices.reference import set_against_builds
     from nnmeter.evaluate import evaluate
     from nnmeter.plots import accuracy_curve as plot_curve
     from nnmeter.predictors import load_predictor
+    from nnmeter.predictors.dataset import kernel_dataset_dir
 
     rows = {r["dataset"]: r for r in device_table(backend)["backends"].get(backend, [])}
     seed = entry["reported"]["seed"]
@@ -145,17 +148,26 @@ def accuracy_curve(backend: str, device: str, entry: dict[str, Any], out: Path) 
     lines = [f"{backend} on {device}: the reported set (seed {seed}, {len(names)} models) "
              f"against each predictor's kernel measurements",
              f"{'predictor dataset':48s} {'measurements':>12s} {'build min':>9s} "
-             f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}"]
+             f"{'±10 %':>6s} {'±5 %':>6s} {'MAPE %':>7s}   diagnostic: set/build speed, "
+             f"±10 % at the set's speed"]
     points = []
     for ds in entry.get("accuracy_curve", []):
         if ds not in rows:
             lines.append(f"{ds:48s} (no such dataset here: skipped)")
             continue
-        m = evaluate(load_predictor(backend, dataset=ds).predict_many(graphs), true)
+        got = np.array(load_predictor(backend, dataset=ds).predict_many(graphs), float)
+        m = evaluate(got, true)
         n_meas, minutes = rows[ds]["measurements"], rows[ds]["build_minutes"]
         minutes = "unfinished" if minutes is None else f"{minutes:.1f}"
+        # how much slower the set ran than this build (speed-reference probes), and the
+        # share within ±10 % were the predictions scaled by it: how much of the miss is
+        # the host's speed between the two runs, never the figure itself
+        ratio = set_against_builds(model_set_path(backend, seed, device),
+                                   {"b": kernel_dataset_dir(ds)})["b"]
+        diag = (f"{ratio:.3f}x, {100 * evaluate(got * ratio, true).acc10:5.1f}"
+                if ratio else "no probes")
         lines.append(f"{ds:48s} {n_meas:12,d} {minutes:>9s} "
-                     f"{100 * m.acc10:6.1f} {100 * m.acc5:6.1f} {m.mape_percent:7.1f}")
+                     f"{100 * m.acc10:6.1f} {100 * m.acc5:6.1f} {m.mape_percent:7.1f}   {diag}")
         points.append((n_meas, m.acc10, ds.split("@", 1)[1].replace(device, "").lstrip("-")
                        or "full build"))
     text = "\n".join(lines)

@@ -155,6 +155,32 @@ def test_benchmark_names_the_devices_and_backends_its_protocol_has():
     assert all(b in out.stderr for b in protocol[device])
 
 
+def test_speed_effect_splits_pairs_by_how_far_the_set_ran_from_its_build(tmp_path):
+    """speed_effect.py: pairs whose set ran more than 5 % away from their build's speed
+    are summarised apart, with their error as predicted and at the set's speed; an
+    unknown device is a one-line error naming the declared ones."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import speed_effect as se
+
+    def row(speed, ratio, acc, acc_s):
+        return {"backend": "ort-cpu", "dataset": "ort-cpu@d", "seed": 1000, "models": 10,
+                "median_ratio": ratio, "set_over_build": speed, "acc10": acc,
+                "median_ratio_at_set_speed": ratio * speed, "acc10_at_set_speed": acc_s}
+
+    rows = [row(1.2, 1 / 1.2, 0.2, 0.8), row(0.85, 1 / 0.85, 0.3, 0.7), row(1.01, 1.0, 0.9, 0.9),
+            {**row(1.0, 1.0, 0.5, 0.5), "set_over_build": None}]
+    lines = se.summary(rows)
+    assert lines[0].startswith("3 predictor-set pairs with probes")
+    far = next(x for x in lines if x.startswith("set more than 5 %"))
+    assert "2 pairs" in far and "0.000 at the set's speed" in far and "25.0 -> 75.0 %" in far
+    near = next(x for x in lines if x.startswith("set within 5 %"))
+    assert "1 pairs" in near and "90.0 -> 90.0 %" in near
+    assert "no probes" in se._line(rows[-1])
+    assert se.plot(rows, tmp_path / "s.png", "d").stat().st_size > 0
+    with pytest.raises(SystemExit, match="no-such-device.*epyc-zen4-avx512-2c"):
+        se.main(["--device", "no-such-device"])
+
+
 def test_the_protocol_declares_each_reported_set_apart_from_its_training_sets():
     """A reported set is never a development or baseline-training set of its backend."""
     import json
