@@ -309,9 +309,11 @@ def measure(args: argparse.Namespace) -> None:
 
 def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
                 cands: tuple[str, ...], others: tuple[str, ...], extra_picks: dict,
-                rates: dict) -> dict:
+                rates: dict, device: str | None = None) -> dict:
     """Every pick scored on ``models`` (top-1, mean and max regret), each candidate's
-    predictor on them, the truth's repeatability and its near ties."""
+    predictor on them, the truth's repeatability and its near ties. ``device``: whose
+    predictors rank the candidates (the set's, from ``--device``; default this
+    machine's), so a set stored for another device is re-scored with that device's."""
     from nnmeter.selection import NEAR_TIE, AnalyticCost, rank_backends, regret
 
     full = _table(truth_rows)
@@ -323,7 +325,7 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
     predicted: dict[str, dict] = {}
     for m in models:
         g = graphs[m]
-        ranked = rank_backends(g, cands)
+        ranked = rank_backends(g, cands, device=device)
         predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
         picks["nnmeter"][m] = ranked[0].backend_id
         picks["mnn_analytic"][m] = mnn.pick(g, cands)
@@ -433,7 +435,8 @@ def report(args: argparse.Namespace) -> None:
     zoo_part = _score_part(models, graphs, truth_rows, cands, others, {
         "flops_lines": {m: min(cands, key=lambda b: np.polyval(
             flops_line(b, m), pool_flops[m])) for m in models},
-        "most_frequent": {m: rec["pilot_most_frequent"] for m in models}}, rates)
+        "most_frequent": {m: rec["pilot_most_frequent"] for m in models}}, rates,
+        args.device)
     out: dict = {"device": d.name.split("@", 1)[1], "truth": "fastest of the passes of one run",
                  **zoo_part}
     lines = [f"backend selection on {out['device']} (written {time.strftime('%Y-%m-%d %H:%M')}), "
@@ -462,7 +465,7 @@ def report(args: argparse.Namespace) -> None:
                                 tuple(b for b in _onnx_backends(measured) if b not in rcands), {
             "flops_lines": {m: min(rcands, key=lambda b: np.polyval(
                 lines_fit[b], rgraphs[m].cost().flops)) for m in rmodels},
-            "most_frequent": {m: mf for m in rmodels}}, rates)
+            "most_frequent": {m: mf for m in rmodels}}, rates, args.device)
         real_part["failed"] = sorted(set(rfull) - set(rmodels) - set(unreadable))
         real_part["unreadable"] = unreadable
         out["real"] = real_part
@@ -484,7 +487,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=["pool", "choose", "measure", "report"])
-    ap.add_argument("--device", default=None, help="device folder (default: this machine)")
+    ap.add_argument("--device", default=None,
+                    help="device folder, and whose predictors `report` ranks with (default: "
+                         "this machine)")
     ap.add_argument("--per-family", type=int, default=3)
     ap.add_argument("--candidates", default=None, metavar="B1,B2",
                     help="the backends to choose among (default: the f32 ones, "

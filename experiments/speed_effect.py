@@ -154,8 +154,14 @@ def plot(rows: list[dict[str, Any]], path: Path, device: str) -> Path | None:
     xs = np.geomspace(lo * 0.97, hi * 1.03, 50)
     ax.plot(xs, 1 / xs, "k--", lw=1, label="a pure speed change")
     ax.axhspan(0.9, 1.1, color="0.9", zorder=0)
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain ratios (0.8, 0.9, 1, 1.2), not 8 x 10^-1
+        axis.set_major_locator(LogLocator(base=10, subs=(0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.4)))
+        axis.set_minor_locator(LogLocator(base=10, subs=()))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
     ax.set_xlabel("how much slower the set ran than the build (speed reference)")
     ax.set_ylabel("median predicted / measured on the set")
     ax.set_title(f"{device}: host speed against prediction level", fontsize=10)

@@ -28,9 +28,12 @@ from nnmeter.errors import UnsupportedOpError
 from nnmeter.ir.cost import node_cost
 from nnmeter.ir.graph import ModelGraph
 from nnmeter.ir.ops import attrs_from_dict, attrs_to_dict
-from nnmeter.kernels.base import KERNEL_TYPES, KernelType, topo_nodes
+from nnmeter.kernels.base import KERNEL_TYPES, KernelCost, KernelType, topo_nodes
 
-__all__ = ["OtherConfig", "OtherKernel"]
+__all__ = ["OtherConfig", "OtherKernel", "UNBUILDABLE"]
+
+#: ops no single-kernel graph can be built of: their cost is the one recorded in the config
+UNBUILDABLE = frozenset(("unknown", "input"))
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,20 @@ class OtherKernel(KernelType):
                 sum(math.prod(s) for s in config.out_shapes),
                 config.flops, config.params, config.memory_bytes]
 
+    def analytic_cost(self, config: OtherConfig) -> KernelCost | None:
+        """For an op nnmeter cannot build a graph of (``unknown``, ``input``), the cost its
+        node had where the config was read (:meth:`config_from_nodes`): the composition's
+        terms read a kernel's bytes, and such a kernel, predicted by a fallback, has no
+        graph to count them on (a real model's unknown op crashed the in-model term on
+        the Xeon, whose ``other`` group costs per megabyte). Every other op: None, its
+        built graph's figures."""
+        if config.op in UNBUILDABLE:
+            return KernelCost(flops=int(config.flops), params=int(config.params),
+                              memory_bytes=int(config.memory_bytes))
+        return None
+
     def build_graph(self, config: OtherConfig, *, validate: bool = True) -> ModelGraph:
-        if config.op in ("unknown", "input"):
+        if config.op in UNBUILDABLE:
             raise UnsupportedOpError(
                 f"cannot build a profiling model for op {config.op!r}: its semantics are "
                 f"not known to nnmeter; predict it with a fallback instead"

@@ -194,3 +194,54 @@ def test_openvino_names_a_pooling_between_two_convolutions():
         flat = _profile_row_in_context(prof, "fc", {"config": {"cin": 16, "cout": 8}}, 3)
     assert point["context_ms"] is not None and point["context_ms"] > 0, point
     assert flat["context_ms"] is None and flat["why"]
+
+
+class _FakeTensor:
+    def __init__(self, shape):
+        self.shape = shape
+
+    def getShape(self):  # noqa: N802 - MNN's name
+        return self.shape
+
+
+class _FakeInterpreter:
+    """MNN's Interpreter as a session it could not resize leaves it: empty outputs and
+    runSession returning an error code (3), raising nothing."""
+
+    out_shape = (0, 0, 0, 0)
+
+    def __init__(self, path):
+        self.path = path
+
+    def createSession(self, config):  # noqa: N802
+        return object()
+
+    def getSessionInputAll(self, session):  # noqa: N802
+        return {"input": _FakeTensor((1, 3, 8, 8))}
+
+    def getSessionOutputAll(self, session):  # noqa: N802
+        return {"output": _FakeTensor(self.out_shape)}
+
+    def runSession(self, session):  # noqa: N802
+        return 3
+
+
+def test_mnn_refuses_a_session_it_could_not_resize_and_a_failed_run(tmp_path, monkeypatch):
+    """torch.onnx's AlexNet has an op MNN cannot infer a shape for: its session ran
+    nothing and was timed at 0.0007 ms. Such a session is refused when opened, and a run
+    whose runSession returns an error code raises instead of timing nothing."""
+    import types
+
+    from nnmeter.backends.mnn import MnnCpuBackend
+
+    fake = types.SimpleNamespace(Interpreter=_FakeInterpreter)
+    monkeypatch.setitem(sys.modules, "MNN", fake)
+    backend = MnnCpuBackend()
+    monkeypatch.setattr(backend, "_convert", lambda path, with_json=False: (
+        str(tmp_path / "w"), tmp_path / "m.mnn", None))
+    with pytest.raises(BackendError, match="could not infer the shapes of m.onnx.*output"):
+        backend._open(tmp_path / "m.onnx")
+    monkeypatch.setattr(_FakeInterpreter, "out_shape", (1, 10))
+    prepared, _ = backend._open(tmp_path / "m.onnx")
+    with pytest.raises(BackendError, match="error code 3"):
+        prepared._invoke()

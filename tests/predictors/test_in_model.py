@@ -470,3 +470,31 @@ def test_more_calibration_models_are_added_to_the_record(world):
     finally:
         (d / IN_MODEL_FILE).unlink()
         clear_memo()
+
+
+def test_an_unknown_op_is_charged_by_the_bytes_its_node_recorded(world):
+    """A real model's op nnmeter has no semantics for is predicted by a fallback; the
+    in-model term charges it by the bytes its node had (no single-kernel graph exists
+    to count them on). It crashed the term where the ``other`` group had a cost."""
+    from nnmeter.ir.graph import ModelGraph
+    from nnmeter.ir.ops import NoAttrs, UnknownAttrs
+    from nnmeter.kernels import KERNEL_TYPES
+
+    shape = (1, 16, 28, 28)
+    g = ModelGraph("u")
+    g.add_input("x", shape)
+    g.add_node("r", "relu", NoAttrs(), ["x"], input_shapes=[shape], output_shapes=[shape])
+    g.add_node("elu", "unknown", UnknownAttrs(original_type="onnx:Elu"), ["r"],
+               input_shapes=[shape], output_shapes=[shape])
+    g.set_outputs(["elu"])
+    cfg = KERNEL_TYPES.get("other").config_from_nodes(g, ["elu"])
+    cost = KERNEL_TYPES.get("other").cost(cfg)
+    assert cfg.op == "unknown" and cost.memory_bytes == cfg.memory_bytes > 0
+    pred = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+    before = pred.predict(g, check_device=False)
+    term = InModelTerm((("other", 0.05),), 10)
+    pred.composition = Composition(tuple(pred.composition.terms) + (term,))
+    after = pred.predict(g, check_device=False)
+    unknown = [r for r in after.rows if "elu" in r.nodes][0]
+    was = [r for r in before.rows if "elu" in r.nodes][0]
+    assert unknown.predicted_ms == pytest.approx(was.predicted_ms + 0.05 * cfg.memory_bytes / 1e6)
