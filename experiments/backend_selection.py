@@ -108,12 +108,23 @@ def _measure_models(variants, backends, passes, out_path: Path, cache: Path, tag
     _measure_items(items, backends, passes, out_path, tag)
 
 
+def _probe_tag(out_path: Path, backend: str) -> str:
+    """The speed-reference tag of ``backend``'s probes in the run writing ``out_path``
+    (``truth-ort-cpu``): a backend runs the reference at its own speed."""
+    return f"{out_path.stem}-{backend}"
+
+
 def _measure_items(items, backends, passes, out_path: Path, tag: str) -> None:
     """``items`` — (name, family, file of a backend) — in ``passes`` passes, every
-    backend in turn per model with the order rotated, each row appended as measured."""
+    backend in turn per model with the order rotated, each row appended as measured.
+    Each backend measures the speed reference (``nnmeter.devices.reference``) before its
+    first model and again whenever one is due, into ``speed_reference.jsonl`` beside the
+    rows (tag :func:`_probe_tag`), so that a report can say how fast the host ran
+    against each predictor's build."""
     from tqdm import tqdm
 
     from nnmeter.backends import Profiler
+    from nnmeter.devices.reference import SpeedReference
 
     done = {(r["model"], r["backend"], r["pass"]) for r in _read(out_path)}
     todo = [(p, it) for p in range(passes) for it in items]
@@ -121,6 +132,7 @@ def _measure_items(items, backends, passes, out_path: Path, tag: str) -> None:
     bar = tqdm(total=total, initial=sum(1 for p, it in todo for b in backends
                                         if (it[0], b, p) in done), desc=tag, unit="job")
     profs = {b: Profiler(b) for b in backends}
+    refs = {b: SpeedReference(out_path.parent, tag=_probe_tag(out_path, b)) for b in backends}
     try:
         with open(out_path, "a") as fh:
             for i, (p, (name, family, file_of)) in enumerate(todo):
@@ -128,6 +140,7 @@ def _measure_items(items, backends, passes, out_path: Path, tag: str) -> None:
                 for b in order:
                     if (name, b, p) in done:
                         continue
+                    refs[b].probe(profs[b], f"{tag} pass {p}")  # when one is due
                     try:
                         m = profs[b].measure(file_of(b), on_error="record")
                         row = {"ok": m.ok, "latency_ms": m.latency_ms if m.ok else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,43 @@ def test_backend_selection_over_thread_counts_is_a_run_of_its_own(tmp_path, monk
     monkeypatch.setattr(bs, "_dir", lambda device: tmp_path)
     with pytest.raises(SystemExit, match="'choose' with --threads 2,1 first"):
         bs._run(ns)
+
+
+def test_backend_selection_probes_the_speed_reference_per_backend(tmp_path, monkeypatch):
+    """A selection run records each backend's speed-reference probes beside its rows
+    (tagged per backend: each runs the reference at its own speed), before its first
+    model and again when one is due, and resumes without measuring again."""
+    import types
+
+    import nnmeter.backends
+
+    bs = _backend_selection_module()
+    measured = []
+
+    class FakeProfiler:
+        def __init__(self, backend):
+            self.backend = backend
+
+        def measure(self, model, on_error="record"):
+            measured.append((self.backend, getattr(model, "name", model)))
+            return types.SimpleNamespace(ok=True, latency_ms=1.0, spread=0.01, error=None,
+                                         device=types.SimpleNamespace(fingerprint_id="f"))
+
+        def close(self):
+            """Nothing to stop."""
+
+    monkeypatch.setattr(nnmeter.backends, "Profiler", FakeProfiler)
+    items = [(f"m{i}", "fam", lambda b, i=i: f"file{i}") for i in range(3)]
+    out = tmp_path / "truth.jsonl"
+    bs._measure_items(items, ("ort-cpu", "mnn-cpu"), 2, out, "truth")
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 12 and all(r["ok"] for r in rows)
+    probes = [json.loads(x) for x in (tmp_path / "speed_reference.jsonl").read_text().splitlines()]
+    assert sorted(p["set"] for p in probes) == ["truth-mnn-cpu", "truth-ort-cpu"]
+    assert all(p["phase"] == "truth pass 0" for p in probes)
+    n = len(measured)
+    bs._measure_items(items, ("ort-cpu", "mnn-cpu"), 2, out, "truth")  # all done: resumes
+    assert len(measured) == n and len(out.read_text().splitlines()) == 12
 
 
 def test_zoo_rows_refuses_a_device_without_a_build(tmp_path):
