@@ -64,18 +64,13 @@ def _truth(backend: str, seed: int, device: str | None = None,
 
 
 def _build_cost(ds_dir: Path) -> tuple[int, float]:
+    """Kernel rows and build minutes of a dataset (0 minutes for an unfinished one)."""
+    from nnmeter.commands.devices import _build_minutes
     from nnmeter.predictors.dataset import KernelDataset
 
     ds = KernelDataset(ds_dir, "")
     n = sum(1 for t in ds.kernel_types() for _ in ds.rows(t))
-    minutes = 0.0
-    p = ds_dir / "builds.jsonl"
-    for line in p.read_text().splitlines() if p.exists() else []:
-        try:
-            minutes += float(json.loads(line).get("minutes") or 0)
-        except (ValueError, TypeError):
-            continue
-    return n, minutes
+    return n, _build_minutes(ds_dir) or 0.0
 
 
 def _speed_reference(backend: str, seed: int, device: str | None,

@@ -40,19 +40,6 @@ OUT = ROOT / "experiments" / "results"
 PROTOCOL = ROOT / "experiments" / "protocol.json"
 
 
-def _truth(path: Path) -> dict[str, float]:
-    """variant -> fastest measured ms of a model set file."""
-    by: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue  # a torn line of a stopped run
-        if r.get("ok") and r.get("latency_ms"):
-            by[r["variant"]] = min(by.get(r["variant"], np.inf), float(r["latency_ms"]))
-    return by
-
-
 def _protocol(device: str) -> dict[str, Any]:
     devices = json.loads(PROTOCOL.read_text())["devices"]
     if device not in devices:
@@ -63,10 +50,13 @@ def _protocol(device: str) -> dict[str, Any]:
 
 def rows_for(device: str, backends: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per (finished predictor of ``device``, development set of its backend)."""
+    from device_transfer import _truth
+
     from nnmeter import zoo
     from nnmeter.commands.devices import device_table
     from nnmeter.devices.datasets import model_set_path
     from nnmeter.devices.reference import set_against_builds
+    from nnmeter.evaluate import evaluate
     from nnmeter.predictors import load_predictor
     from nnmeter.predictors.dataset import kernel_dataset_dir
 
@@ -79,7 +69,7 @@ def rows_for(device: str, backends: list[str] | None = None) -> list[dict[str, A
         sets = []
         for seed in entry.get("development", []):
             path = model_set_path(backend, seed, device)
-            truth = _truth(path) if path.exists() else {}
+            truth = _truth(backend, seed, device)[0]  # variant -> its fastest pass
             if truth:
                 names = sorted(truth)
                 sets.append((seed, path, names, [zoo.get_variant(n).build() for n in names],
@@ -89,16 +79,14 @@ def rows_for(device: str, backends: list[str] | None = None) -> list[dict[str, A
                 continue
             pred = load_predictor(backend, dataset=d["dataset"])
             for seed, path, names, graphs, true in sets:
-                r = np.asarray(pred.predict_many(graphs), float) / true
+                got = np.asarray(pred.predict_many(graphs), float)
                 speed = set_against_builds(path, {"b": kernel_dataset_dir(d["dataset"])})["b"]
                 row = {"backend": backend, "dataset": d["dataset"], "seed": seed,
-                       "models": len(names), "median_ratio": float(np.median(r)),
-                       "set_over_build": speed,
-                       "acc10": float(np.mean(np.abs(r - 1) <= 0.1))}
+                       "models": len(names), "median_ratio": float(np.median(got / true)),
+                       "set_over_build": speed, "acc10": evaluate(got, true).acc10}
                 if speed:
-                    rs = r * speed
-                    row.update(median_ratio_at_set_speed=float(np.median(rs)),
-                               acc10_at_set_speed=float(np.mean(np.abs(rs - 1) <= 0.1)))
+                    row.update(median_ratio_at_set_speed=float(np.median(got * speed / true)),
+                               acc10_at_set_speed=evaluate(got * speed, true).acc10)
                 out.append(row)
                 print(_line(row), flush=True)
     return out
