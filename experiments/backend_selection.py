@@ -322,11 +322,15 @@ def measure(args: argparse.Namespace) -> None:
 
 def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
                 cands: tuple[str, ...], others: tuple[str, ...], extra_picks: dict,
-                rates: dict, device: str | None = None) -> dict:
+                rates: dict, device: str | None = None,
+                speed: dict[str, float | None] | None = None) -> dict:
     """Every pick scored on ``models`` (top-1, mean and max regret), each candidate's
     predictor on them, the truth's repeatability and its near ties. ``device``: whose
     predictors rank the candidates (the set's, from ``--device``; default this
-    machine's), so a set stored for another device is re-scored with that device's."""
+    machine's), so a set stored for another device is re-scored with that device's.
+    ``speed`` (backend -> the run's speed-reference probes over its predictor's build's,
+    :func:`_run_speed`): where any is known, a second pick ranks with every prediction
+    times its backend's factor, what ``nnmeter select-backend --probe-speed`` does."""
     from nnmeter.selection import NEAR_TIE, AnalyticCost, rank_backends, regret
 
     full = _table(truth_rows)
@@ -341,6 +345,9 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
         ranked = rank_backends(g, cands, device=device)
         predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
         picks["nnmeter"][m] = ranked[0].backend_id
+        if speed and any(v is not None for v in speed.values()):
+            picks.setdefault("nnmeter_run_speed", {})[m] = rank_backends(
+                g, cands, device=device, speed=speed)[0].backend_id
         picks["mnn_analytic"][m] = mnn.pick(g, cands)
         picks["analytic_per_class"][m] = per_class.pick(g, cands)
     truth = {m: {b: min(t[m][b]) for b in cands} for m in models}
@@ -349,7 +356,7 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
                  for m in models}
     beaten = {b: sum(1 for m in models if b in full[m] and
                      min(full[m][b]) < min(truth[m].values())) for b in others}
-    out: dict = {"models": len(models), "candidates": list(cands),
+    out: dict = {"models": len(models), "candidates": list(cands), "speed_factors": speed or {},
                  "other_backends_faster_than_every_candidate": beaten,
                  "set_counts": {b: sum(1 for m in models if best[m] == b) for b in cands},
                  "near_ties": sum(r <= NEAR_TIE for r in runner_up.values()),
@@ -391,6 +398,23 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
     return out
 
 
+def _run_speed(run_path: Path, cands: tuple[str, ...], device: str | None
+               ) -> dict[str, float | None]:
+    """Per candidate, how much longer the speed reference took in the run that wrote
+    ``run_path`` (its probes, tag :func:`_probe_tag`) than in the build of the predictor
+    that ranks it (None where either recorded none: runs before the probes existed,
+    builds before the reference)."""
+    from nnmeter.devices.reference import compare_records, read_reference
+    from nnmeter.predictors import load_predictor
+
+    out: dict[str, float | None] = {}
+    for b in cands:
+        run = read_reference(run_path.parent, tag=_probe_tag(run_path, b))
+        ds = load_predictor(b, device=device).dataset_dir
+        out[b] = compare_records(read_reference(ds), run) if ds and run else None
+    return out
+
+
 def _part_lines(title: str, part: dict) -> list[str]:
     from nnmeter.selection import NEAR_TIE
 
@@ -411,6 +435,11 @@ def _part_lines(title: str, part: dict) -> list[str]:
                      f"{100 * r['mean_regret']:5.1f} %  regret ≤ {100 * NEAR_TIE:.0f} % "
                      f"{100 * r['within_near_tie']:5.1f} %  (pass 1's winner on pass 2, "
                      f"{r['models']} models)")
+    if any(f is not None for f in part.get("speed_factors", {}).values()):
+        lines.append("  nnmeter_run_speed: each prediction times its backend's speed-reference "
+                     "probes in this run over its build's (" + ", ".join(
+                         f"{b} {f:.3f}" if f is not None else f"{b} no probes"
+                         for b, f in part["speed_factors"].items()) + ")")
     for b, a in part["predictor_accuracy"].items():
         lines.append(f"  predictor {b} ({a['device']}): {100 * a['within_10']:.1f} % within "
                      f"±10 %, MAPE {a['mape']:.1f} %, median predicted/measured "
@@ -449,7 +478,7 @@ def report(args: argparse.Namespace) -> None:
         "flops_lines": {m: min(cands, key=lambda b: np.polyval(
             flops_line(b, m), pool_flops[m])) for m in models},
         "most_frequent": {m: rec["pilot_most_frequent"] for m in models}}, rates,
-        args.device)
+        args.device, _run_speed(d / f"truth{sfx}.jsonl", cands, args.device))
     out: dict = {"device": d.name.split("@", 1)[1], "truth": "fastest of the passes of one run",
                  **zoo_part}
     lines = [f"backend selection on {out['device']} (written {time.strftime('%Y-%m-%d %H:%M')}), "
@@ -478,7 +507,8 @@ def report(args: argparse.Namespace) -> None:
                                 tuple(b for b in _onnx_backends(measured) if b not in rcands), {
             "flops_lines": {m: min(rcands, key=lambda b: np.polyval(
                 lines_fit[b], rgraphs[m].cost().flops)) for m in rmodels},
-            "most_frequent": {m: mf for m in rmodels}}, rates, args.device)
+            "most_frequent": {m: mf for m in rmodels}}, rates, args.device,
+            _run_speed(real_path, rcands, args.device))
         real_part["failed"] = sorted(set(rfull) - set(rmodels) - set(unreadable))
         real_part["unreadable"] = unreadable
         out["real"] = real_part

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 __all__ = ["OP_CLASSES", "NEAR_TIE", "op_class", "probe_graphs", "measure_rates",
-           "AnalyticCost", "Candidate", "rank_backends", "near_ties", "regret"]
+           "AnalyticCost", "Candidate", "rank_backends", "probe_speeds", "near_ties",
+           "regret"]
 
 #: two backends within this fraction of each other are a near tie: on a 2-vCPU
 #: machine a model's measured winner among them changes from one pass to the next
@@ -125,26 +126,72 @@ class Candidate:
     interval_level: float | None
     device: str
     device_mismatch: bool
+    #: the factor ``predicted_ms`` (and its interval) was scaled by for the host's speed
+    #: now against the predictor's build (:func:`probe_speeds`); None when not scaled
+    speed_ratio: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend_id": self.backend_id, "predicted_ms": self.predicted_ms,
                 "interval_ms": list(self.interval_ms) if self.interval_ms else None,
                 "interval_level": self.interval_level, "device": self.device,
-                "device_mismatch": self.device_mismatch}
+                "device_mismatch": self.device_mismatch, "speed_ratio": self.speed_ratio}
 
 
 def rank_backends(graph: Any, backend_ids: Sequence[str], *,
-                  device: str | None = None) -> list[Candidate]:
+                  device: str | None = None,
+                  speed: Mapping[str, float | None] | None = None) -> list[Candidate]:
     """Every backend's predicted latency for ``graph``, fastest first, from the
-    predictors of ``device`` (default: this machine's, else the nearest)."""
+    predictors of ``device`` (default: this machine's, else the nearest).
+
+    ``speed`` (backend id -> factor, :func:`probe_speeds`' ``ratio``) scales a backend's
+    prediction by how much slower the host runs that backend's speed reference now than
+    while its predictor was built; a backend without a factor is left as predicted."""
     from nnmeter.predictors import load_predictor
 
     out = []
     for b in backend_ids:
         rep = load_predictor(b, device=device).predict(graph)
-        out.append(Candidate(b, rep.total_ms, rep.interval_ms, rep.interval_level,
-                             rep.device_name, bool(rep.device_mismatch)))
+        f = (speed or {}).get(b)
+        k = f if f is not None and math.isfinite(f) and f > 0 else 1.0
+        iv = (rep.interval_ms[0] * k, rep.interval_ms[1] * k) if rep.interval_ms else None
+        out.append(Candidate(b, rep.total_ms * k, iv, rep.interval_level,
+                             rep.device_name, bool(rep.device_mismatch),
+                             k if k != 1.0 or f is not None else None))
     out.sort(key=lambda c: c.predicted_ms)
+    return out
+
+
+def probe_speeds(backend_ids: Sequence[str], *, device: str | None = None,
+                 measure_ms: Any = None) -> dict[str, dict[str, Any]]:
+    """How fast this machine runs each backend now against that backend's predictor's
+    build: the speed reference (:mod:`nnmeter.devices.reference`, about half a
+    millisecond's model) measured once per backend, over the median of the probes its
+    build recorded.
+
+    Predictors built at different times on a shared host were built at different speeds,
+    and a ranking compares them with one another: one built while the host ran 10 %
+    slow predicts its backend 10 % slow against the rest. Returns per backend a dict
+    with ``ratio`` (now over build; None when not probed) and either ``now_ms``,
+    ``build_ms``, ``build_probes`` or ``why`` (the predictor is another device's, or its
+    build recorded no probe, or the measurement failed). ``measure_ms(graph, backend)``
+    measures (default: a worker of its own, as ``nnmeter measure`` does)."""
+    from nnmeter.devices.reference import speed_against_build
+    from nnmeter.predictors import load_predictor
+
+    out: dict[str, dict[str, Any]] = {}
+    for b in backend_ids:
+        pred = load_predictor(b, device=device)
+        mismatch, _ = pred.check_device()
+        if mismatch:
+            out[b] = {"ratio": None, "why": f"the predictor is {pred.device_name or 'another device'}'s, "
+                                            "not this machine's"}
+            continue
+        got = speed_against_build(b, pred.dataset_dir, measure_ms=measure_ms)
+        if got is None:
+            out[b] = {"ratio": None, "why": "its build recorded no speed-reference probe, "
+                                            "or the probe failed"}
+            continue
+        out[b] = {k: v for k, v in got.items() if k != "warning"}
     return out
 
 

@@ -279,6 +279,34 @@ def test_backend_selection_probes_the_speed_reference_per_backend(tmp_path, monk
     assert len(measured) == n and len(out.read_text().splitlines()) == 12
 
 
+def test_backend_selection_run_speed_is_the_runs_probes_over_each_build(tmp_path,
+                                                                       monkeypatch):
+    """The report's speed factor per candidate: the run's probes of that backend over
+    the probes of the build of the predictor that ranks it; None where either has none."""
+    import types
+
+    import nnmeter.predictors
+    from nnmeter.devices.reference import REFERENCE_FILE
+    from nnmeter.predictors.dataset import append_jsonl
+
+    bs = _backend_selection_module()
+    run = tmp_path / "run"
+    builds = {b: tmp_path / b for b in ("ort-cpu", "mnn-cpu", "litert-cpu")}
+    for d in (run, *builds.values()):
+        d.mkdir()
+    for ms in (0.50, 0.52, 0.60):  # median 0.52
+        append_jsonl(builds["ort-cpu"] / REFERENCE_FILE, {"latency_ms": ms})
+    append_jsonl(builds["mnn-cpu"] / REFERENCE_FILE, {"latency_ms": 0.40})
+    for b, ms in (("ort-cpu", 0.65), ("litert-cpu", 0.3)):
+        append_jsonl(run / REFERENCE_FILE, {"latency_ms": ms, "set": f"truth-{b}"})
+    monkeypatch.setattr(nnmeter.predictors, "load_predictor",
+                        lambda b, device=None: types.SimpleNamespace(dataset_dir=builds[b]))
+    got = bs._run_speed(run / "truth.jsonl", ("ort-cpu", "mnn-cpu", "litert-cpu"), None)
+    assert got["ort-cpu"] == pytest.approx(0.65 / 0.52)
+    assert got["mnn-cpu"] is None  # the run never probed it
+    assert got["litert-cpu"] is None  # its build recorded no probe
+
+
 def test_zoo_rows_refuses_a_device_without_a_build(tmp_path):
     """The zoo rows extend a device's own build; with none (an empty data folder) the
     script says so in one line and measures nothing."""

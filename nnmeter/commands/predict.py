@@ -85,6 +85,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also measure on every backend and check the ranking")
     p.add_argument("--device", default=None, metavar="NAME",
                    help="rank for this device's predictors (default: this machine's)")
+    p.add_argument("--probe-speed", action="store_true",
+                   help="first measure each backend's speed reference (about a second a "
+                        "backend) and scale its prediction by how much slower or faster "
+                        "this machine runs it now than while its predictor was built: "
+                        "predictors built at different times on a shared host were built "
+                        "at different speeds (this machine's predictors only)")
     add_json(p)
     p.set_defaults(func=_cmd_select)
 
@@ -281,13 +287,18 @@ def _build(args: argparse.Namespace) -> int:
 
 def _cmd_select(args: argparse.Namespace) -> int:
     from nnmeter.predictors import available_predictors
-    from nnmeter.selection import NEAR_TIE, near_ties, rank_backends, regret
+    from nnmeter.selection import NEAR_TIE, near_ties, probe_speeds, rank_backends, regret
 
     graph = _load(args)
     ids = [b.strip() for b in args.backends.split(",")] if args.backends else \
         available_predictors()
-    ranked = rank_backends(graph, ids, device=args.device)
+    speeds = probe_speeds(ids, device=args.device) if args.probe_speed else {}
+    ranked = rank_backends(graph, ids, device=args.device,
+                           speed={b: v["ratio"] for b, v in speeds.items()})
     results = [c.as_dict() for c in ranked]
+    for row in results:
+        if row["backend_id"] in speeds:
+            row["speed_reference"] = speeds[row["backend_id"]]
     if args.measure:
         for row in results:
             m, row["measured_model"] = _measure(args, graph, row["backend_id"])
@@ -312,6 +323,12 @@ def _cmd_select(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out)
         return 0
+    for b, v in speeds.items():
+        if v["ratio"] is None:
+            print(f"warning: {b}: not scaled for the host's speed: {v['why']}", file=sys.stderr)
+        else:
+            print(f"{b}: speed reference {v['now_ms']:.3g} ms now, {v['build_ms']:.3g} ms "
+                  f"in its build: predictions x {v['ratio']:.3f}")
     level = next((r["interval_level"] for r in results if r["interval_level"]), None)
     headers = ["rank", "backend", "predicted ms",
                f"{level:.0%} interval" if level else "interval", "device"] + \

@@ -24,7 +24,10 @@ was made against another (a model set's probes against its predictor's build).
 The reference is measured, not corrected for: a drift this file reports is a reason to
 measure again on a quiet machine, not a factor to divide by (what slows a shared host
 down slows a cache-bound depthwise convolution and a compute-bound one by different
-amounts).
+amounts). One use scales by it, and only on request: a backend ranking
+(``nnmeter select-backend --probe-speed``, :func:`nnmeter.selection.probe_speeds`)
+compares predictors built at different times, so it can put each on the speed its
+backend runs at now.
 
 Examples
 --------

@@ -146,6 +146,52 @@ def test_predict_measure_says_when_the_machine_runs_slower_than_its_build(
         in captured.out and "this predictor's build" not in captured.err
 
 
+def test_select_backend_probe_speed_scales_each_backend_by_its_build(
+        fake_env, capsys, monkeypatch):
+    """``--probe-speed`` measures the speed reference once per backend and scales that
+    backend's prediction by now over its build's probes; a backend whose build recorded
+    none is left as predicted and named."""
+    import nnmeter.backends as backends
+    from nnmeter.devices.reference import REFERENCE_FILE
+    from nnmeter.predictors.dataset import append_jsonl, kernel_dataset_dir
+    from nnmeter.predictors.model import LatencyPredictor
+
+    assert cli.main(["select-backend", str(EXAMPLE), "--json"]) == 0
+    plain = {r["backend_id"]: r["predicted_ms"]
+             for r in json.loads(capsys.readouterr().out)["ranking"]}
+    append_jsonl(kernel_dataset_dir("ort-cpu", fake_env) / REFERENCE_FILE,
+                 {"timestamp": "t", "phase": "start", "latency_ms": 0.5})
+    dev = _Fake("onnxruntime").device
+    seen = []
+
+    def timed(graph, b, **kw):
+        seen.append((graph.name, b))
+        return Measurement(latency_ms=0.6, median_ms=0.6, min_ms=0.6, std_ms=0.0,
+                           spread=0.0, rounds=1, runs=1, device=dev)
+    monkeypatch.setattr(backends, "measure", timed)
+    # another device's predictor is never scaled by this machine's speed
+    assert cli.main(["select-backend", str(EXAMPLE), "--probe-speed", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["ranking"]
+    assert seen == [] and all(r["speed_ratio"] is None and "not this machine's" in
+                              r["speed_reference"]["why"] for r in out)
+    # the fake data as this machine's own
+    monkeypatch.setattr(LatencyPredictor, "check_device", lambda self: (False, ()))
+    assert cli.main(["select-backend", str(EXAMPLE), "--probe-speed", "--json"]) == 0
+    out = {r["backend_id"]: r for r in json.loads(capsys.readouterr().out)["ranking"]}
+    assert seen == [("speed-reference", "ort-cpu")]  # mnn-cpu's build has no probe
+    assert out["ort-cpu"]["speed_ratio"] == pytest.approx(1.2)
+    assert out["ort-cpu"]["predicted_ms"] == pytest.approx(1.2 * plain["ort-cpu"])
+    assert out["ort-cpu"]["speed_reference"]["build_ms"] == pytest.approx(0.5)
+    assert out["mnn-cpu"]["speed_ratio"] is None
+    assert out["mnn-cpu"]["predicted_ms"] == pytest.approx(plain["mnn-cpu"])
+    assert "no speed-reference probe" in out["mnn-cpu"]["speed_reference"]["why"]
+    assert cli.main(["select-backend", str(EXAMPLE), "--probe-speed"]) == 0
+    captured = capsys.readouterr()
+    assert "ort-cpu: speed reference 0.6 ms now, 0.5 ms in its build: predictions x 1.200" \
+        in captured.out
+    assert "mnn-cpu: not scaled for the host's speed" in captured.err
+
+
 @pytest.mark.skipif(not list((REPO / "datasets" / "kernels").glob("ort-cpu@*")),
                     reason="the shipped ort-cpu kernel data is not in this checkout")
 def test_shipped_ort_predictor_on_example(capsys, tmp_path, monkeypatch):
