@@ -28,8 +28,10 @@ kernel data and predictor and measures on this machine only what it must:
    measured that configuration (no source prediction error in the ratio) and its
    predictor's estimate otherwise: per kernel family, a forest on the log of the
    source's time, the log of the kernel's features and its type. Every source row then
-   becomes a pseudo-row of the target device (its time times the correction), the
-   target's own rows are added as they are, and the regressors are trained on those
+   becomes a pseudo-row of the target device (its time times the correction); where the
+   source is itself a transfer, so does every configuration of the datasets it was
+   adapted from that it did not measure, at its own estimate (:func:`_with_ancestors`);
+   the target's own rows are added as they are, and the regressors are trained on those
    exactly as a full build's. How much of the correction applies (all of it, half, or
    none: one factor for the whole device, the median ratio) is chosen by this device's
    own whole models, the in-model calibration's: the strength whose predictor, in-model
@@ -398,6 +400,65 @@ def _paired_base(pred: Any, kernel_type: str, target: Any, source: Any) -> np.nd
     return out
 
 
+def _ancestors(directory: Path) -> list[tuple[str, Path]]:
+    """``(backend id, dataset folder)`` of every dataset the one in ``directory`` was
+    adapted from, nearest first, following each ``transfer.json`` (a loop or a missing
+    folder ends the chain)."""
+    out: list[tuple[str, Path]] = []
+    seen = {directory.resolve()}
+    d = directory
+    while (d / TRANSFER_FILE).exists():
+        rec = read_transfer(d)
+        d = d.parent / rec["source_dataset"]
+        if not d.is_dir() or d.resolve() in seen:
+            break
+        seen.add(d.resolve())
+        out.append((str(rec["source_backend"]), d))
+    return out
+
+
+def _with_ancestors(rows: dict[str, Any], src_dir: Path, src_pred: Any,
+                    settings: Any) -> dict[str, Any]:
+    """The source's rows (kernel type -> KernelData, its terms removed) and, where the
+    source was itself built by transfer, every configuration of the datasets it was
+    adapted from (:func:`_ancestors`) that it did not measure, at the source predictor's
+    estimate (origin ``source-estimate``); types its predictor has only a fallback for
+    are left out.
+
+    A transfer's own dataset holds only the few hundred rows it measured, and its
+    predictor knows the rest from its source. Adapting from its rows alone lost what it
+    never measured: ``ort-cpu-t2`` on the Xeon, adapted from that machine's one-thread
+    transfer, had no local response normalisation (LRN) and no grouped convolution
+    rows, and predicted Caffe2's AlexNet's two LRN layers at 0.25 ms by the FLOPs/bytes
+    fallback where the one-thread predictor said 7.5 ms."""
+    from nnmeter.predictors.composition import Composition, fit_context
+    from nnmeter.predictors.dataset import KernelDataset
+    from nnmeter.predictors.kernel_data import KernelData
+    from nnmeter.predictors.model import is_fallback_key
+    from nnmeter.predictors.terms import TERMS
+
+    out = dict(rows)
+    for backend, directory in _ancestors(Path(src_dir)):
+        ctx = fit_context(backend, KernelDataset(directory, backend), settings)
+        Composition.fit(ctx, TERMS)
+        for t, d in ctx.data.items():
+            if is_fallback_key(_source_key(src_pred, t)):
+                continue
+            have = out.get(t)
+            new = ~_paired_mask(d, have)
+            if not new.any():
+                continue
+            idx = np.flatnonzero(new)
+            est = KernelData(t, [d.configs[i] for i in idx], d.X[idx],
+                             _source_base(src_pred, t, d)[idx], d.fb[idx],
+                             ["source-estimate"] * len(idx))
+            out[t] = est if have is None else KernelData(
+                t, list(have.configs) + est.configs, np.vstack([have.X, est.X]),
+                np.concatenate([have.y, est.y]), np.vstack([have.fb, est.fb]),
+                list(have.origins) + est.origins)
+    return out
+
+
 def read_transfer(directory: str | os.PathLike) -> dict[str, Any]:
     """The ``transfer.json`` of a dataset.
 
@@ -472,6 +533,9 @@ def train_transfer(backend_id: str, ds: Any, rules: Any, settings: Any, source: 
     src_ds = KernelDataset(src_dir, src_backend)
     ctx_s = fit_context(src_backend, src_ds, settings)
     Composition.fit(ctx_s, TERMS)
+    # what becomes pseudo-rows: those, and where the source is itself a transfer, the
+    # configurations of the datasets it was adapted from at its own estimate
+    source_rows = _with_ancestors(ctx_s.data, src_ds.directory, src_pred, settings)
 
     # the ratio of a configuration the source measured is taken against that measurement
     # (no source prediction error in it); of any other, against the source's estimate,
@@ -495,7 +559,7 @@ def train_transfer(backend_id: str, ds: Any, rules: Any, settings: Any, source: 
 
         corr.strength = strength
         data: dict[str, KernelData] = {}
-        for t, d in ctx_s.data.items():
+        for t, d in source_rows.items():
             factor = np.exp(corr.log_ratio(t, d.X, d.y))
             pseudo = KernelData(t, list(d.configs), d.X, d.y * factor, d.fb,
                                 ["pseudo"] * len(d))

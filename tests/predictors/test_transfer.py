@@ -141,6 +141,38 @@ def test_a_transfer_build_adapts_the_source_to_a_slower_device(world):
     assert again.calls == 0
 
 
+def test_a_transfer_from_a_transfer_keeps_what_its_source_knows_from_its_own(world):
+    """A transfer's dataset holds only the rows it measured; its predictor knows the
+    rest from its own source. A transfer adapted from it must too: a kernel type that
+    neither of the two last datasets measured is trained from the first one's
+    configurations at the middle predictor's estimate, not left to the fallback."""
+    from nnmeter.kernels import KERNEL_TYPES
+    from nnmeter.predictors.model import is_fallback_key
+    from nnmeter.predictors.transfer import _ancestors, _source_key
+
+    mid = DeviceProfiler("mid", ("avx2", "fma"), 2.0, overhead=0.02)
+    build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@mid",
+                      profiler=mid, progress=False, root=world, limit=60)
+    (kernel_dataset_dir("ort-cpu@mid", world) / "relu.jsonl").unlink(missing_ok=True)
+    leaf = DeviceProfiler("leaf", ("avx2",), 3.0, overhead=0.03)
+    build_by_transfer("ort-cpu", "ort-cpu@mid", budget_minutes=5, dataset="ort-cpu@leaf",
+                      profiler=leaf, progress=False, root=world, limit=60)
+    leaf_dir = kernel_dataset_dir("ort-cpu@leaf", world)
+    (leaf_dir / "relu.jsonl").unlink(missing_ok=True)
+    assert [d.name for _, d in _ancestors(leaf_dir)] == ["ort-cpu@mid", "ort-cpu@src"]
+    pred = load_predictor("ort-cpu", dataset="ort-cpu@leaf", root=world, use_cache=False)
+    assert not is_fallback_key(_source_key(pred, "relu"))
+    # relu trained on the first dataset's configurations (every one the middle
+    # predictor estimates), where before it had no rows at all
+    assert pred.meta["samples"].get("relu", 0) >= len(PRIOR["relu"])
+    kt = KERNEL_TYPES.get("relu")
+    err = []
+    for cfg in PRIOR["relu"]:
+        g = kt.build_graph(kt.config_from_dict(cfg))
+        err.append(pred.predict(g, check_device=False).total_ms / leaf.measure(g).latency_ms)
+    assert 0.6 < float(np.median(err)) < 1.6
+
+
 def test_the_time_the_calibrations_leave_goes_back_to_the_kernels(world, monkeypatch):
     # a clock that moves only when a kernel is measured (one second each): a one-minute
     # budget measures 32 configurations by its sample share (0.52); this fake device
