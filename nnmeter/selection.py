@@ -183,8 +183,9 @@ def probe_speeds(backend_ids: Sequence[str], *, device: str | None = None,
         pred = load_predictor(b, device=device)
         mismatch, _ = pred.check_device()
         if mismatch:
-            out[b] = {"ratio": None, "why": f"the predictor is {pred.device_name or 'another device'}'s, "
-                                            "not this machine's"}
+            name = pred.device_name or "another device"
+            out[b] = {"ratio": None,
+                      "why": f"the predictor is {name}'s, not this machine's"}
             continue
         got = speed_against_build(b, pred.dataset_dir, measure_ms=measure_ms)
         if got is None:
