@@ -331,7 +331,7 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
     ``speed`` (backend -> the run's speed-reference probes over its predictor's build's,
     :func:`_run_speed`): where any is known, a second pick ranks with every prediction
     times its backend's factor, what ``nnmeter select-backend --probe-speed`` does."""
-    from nnmeter.selection import NEAR_TIE, AnalyticCost, rank_backends, regret
+    from nnmeter.selection import NEAR_TIE, AnalyticCost, rank_backends, regret, speed_factor
 
     full = _table(truth_rows)
     t = {m: {b: v for b, v in full[m].items() if b in cands} for m in models}
@@ -346,8 +346,11 @@ def _score_part(models: list[str], graphs: dict, truth_rows: list[dict],
         predicted[m] = {c.backend_id: c.as_dict() for c in ranked}
         picks["nnmeter"][m] = ranked[0].backend_id
         if speed and any(v is not None for v in speed.values()):
-            picks.setdefault("nnmeter_run_speed", {})[m] = rank_backends(
-                g, cands, device=device, speed=speed)[0].backend_id
+            # the same predictions, each times its backend's factor (as rank_backends'
+            # speed= does), rather than predicting every model again
+            picks.setdefault("nnmeter_run_speed", {})[m] = min(
+                ranked, key=lambda c: c.predicted_ms * speed_factor(speed.get(c.backend_id))
+            ).backend_id
         picks["mnn_analytic"][m] = mnn.pick(g, cands)
         picks["analytic_per_class"][m] = per_class.pick(g, cands)
     truth = {m: {b: min(t[m][b]) for b in cands} for m in models}

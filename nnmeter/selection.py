@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 __all__ = ["OP_CLASSES", "NEAR_TIE", "op_class", "probe_graphs", "measure_rates",
-           "AnalyticCost", "Candidate", "rank_backends", "probe_speeds", "near_ties",
-           "regret"]
+           "AnalyticCost", "Candidate", "rank_backends", "speed_factor", "probe_speeds",
+           "near_ties", "regret"]
 
 #: two backends within this fraction of each other are a near tie: on a 2-vCPU
 #: machine a model's measured winner among them changes from one pass to the next
@@ -152,13 +152,23 @@ def rank_backends(graph: Any, backend_ids: Sequence[str], *,
     for b in backend_ids:
         rep = load_predictor(b, device=device).predict(graph)
         f = (speed or {}).get(b)
-        k = f if f is not None and math.isfinite(f) and f > 0 else 1.0
+        k = speed_factor(f)
         iv = (rep.interval_ms[0] * k, rep.interval_ms[1] * k) if rep.interval_ms else None
         out.append(Candidate(b, rep.total_ms * k, iv, rep.interval_level,
                              rep.device_name, bool(rep.device_mismatch),
-                             k if k != 1.0 or f is not None else None))
+                             k if f is not None else None))
     out.sort(key=lambda c: c.predicted_ms)
     return out
+
+
+def speed_factor(ratio: float | None) -> float:
+    """What a prediction is multiplied by for a speed ``ratio`` (:func:`probe_speeds`):
+    the ratio itself, or 1 where there is none (or it is not a positive number).
+
+    >>> speed_factor(1.2), speed_factor(None), speed_factor(float("nan"))
+    (1.2, 1.0, 1.0)
+    """
+    return ratio if ratio is not None and math.isfinite(ratio) and ratio > 0 else 1.0
 
 
 def probe_speeds(backend_ids: Sequence[str], *, device: str | None = None,

@@ -270,18 +270,18 @@ def _record_files(ds: Any) -> list[Path]:
     from nnmeter.predictors.boundary import ROW_CONTEXT_FILE, ROW_EDGES_FILE
     from nnmeter.predictors.dataset import KernelDataset
     from nnmeter.predictors.train import CHOICE_FILE
-    from nnmeter.predictors.transfer import TRANSFER_FILE, read_transfer
+    from nnmeter.predictors.transfer import TRANSFER_FILE, source_chain
 
     # the rows' own profiled edges and in-context times too (read by the edges term)
     names = [ds.META, CHOICE_FILE, TRANSFER_FILE, ROW_EDGES_FILE, ROW_CONTEXT_FILE] + [
         n for t in TERMS.ordered() if (n := TERMS.get(t).record_file)]
     files = [ds.directory / n for n in names if (ds.directory / n).exists()]
-    if (ds.directory / TRANSFER_FILE).exists():
-        # a transferred predictor is trained from the source dataset too
-        rec = read_transfer(ds.directory)
-        src = KernelDataset(ds.directory.parent / rec["source_dataset"], rec["source_backend"])
-        if src.directory.is_dir() and src.directory != ds.directory:
-            files += src.files() + _record_files(src)
+    # a transferred predictor is trained from its source dataset too, and from the
+    # datasets up its source's chain (nnmeter.predictors.transfer._with_ancestors)
+    for backend, directory in source_chain(ds.directory):
+        src = KernelDataset(directory, backend)
+        files += src.files() + [src.directory / n for n in names
+                                if (src.directory / n).exists()]
     return files
 
 

@@ -57,6 +57,16 @@ class KernelData:
                           self.y[idx], self.fb[idx], [self.origins[i] for i in idx],
                           None if self.stored is None else [self.stored[i] for i in idx])
 
+    def concat(self, other: "KernelData") -> "KernelData":
+        """These rows followed by ``other``'s (of the same kernel type); ``stored`` only
+        when both have it."""
+        return KernelData(self.kernel_type, list(self.configs) + list(other.configs),
+                          np.vstack([self.X, other.X]), np.concatenate([self.y, other.y]),
+                          np.vstack([self.fb, other.fb]),
+                          list(self.origins) + list(other.origins),
+                          None if self.stored is None or other.stored is None
+                          else list(self.stored) + list(other.stored))
+
 
 #: no single kernel measured here takes 100 s; a larger "latency" is a corrupt row
 MAX_KERNEL_MS = 1e5

@@ -67,8 +67,8 @@ import numpy as np
 
 from nnmeter.errors import DatasetError
 
-__all__ = ["TRANSFER_FILE", "find_source", "plan_size", "plan_configs", "read_transfer",
-           "train_transfer", "LogRatioCorrection", "MIN_PER_TYPE", "STRENGTHS",
+__all__ = ["TRANSFER_FILE", "find_source", "source_chain", "plan_size", "plan_configs",
+           "read_transfer", "train_transfer", "LogRatioCorrection", "MIN_PER_TYPE", "STRENGTHS",
            "choose_strength", "record_strength"]
 
 logger = logging.getLogger(__name__)
@@ -400,7 +400,7 @@ def _paired_base(pred: Any, kernel_type: str, target: Any, source: Any) -> np.nd
     return out
 
 
-def _ancestors(directory: Path) -> list[tuple[str, Path]]:
+def source_chain(directory: Path) -> list[tuple[str, Path]]:
     """``(backend id, dataset folder)`` of every dataset the one in ``directory`` was
     adapted from, nearest first, following each ``transfer.json`` (a loop or a missing
     folder ends the chain)."""
@@ -421,7 +421,7 @@ def _with_ancestors(rows: dict[str, Any], src_dir: Path, src_pred: Any,
                     settings: Any) -> dict[str, Any]:
     """The source's rows (kernel type -> KernelData, its terms removed) and, where the
     source was itself built by transfer, every configuration of the datasets it was
-    adapted from (:func:`_ancestors`) that it did not measure, at the source predictor's
+    adapted from (:func:`source_chain`) that it did not measure, at the source predictor's
     estimate (origin ``source-estimate``); types its predictor has only a fallback for
     are left out.
 
@@ -438,7 +438,7 @@ def _with_ancestors(rows: dict[str, Any], src_dir: Path, src_pred: Any,
     from nnmeter.predictors.terms import TERMS
 
     out = dict(rows)
-    for backend, directory in _ancestors(Path(src_dir)):
+    for backend, directory in source_chain(Path(src_dir)):
         ctx = fit_context(backend, KernelDataset(directory, backend), settings)
         Composition.fit(ctx, TERMS)
         for t, d in ctx.data.items():
@@ -448,14 +448,10 @@ def _with_ancestors(rows: dict[str, Any], src_dir: Path, src_pred: Any,
             new = ~_paired_mask(d, have)
             if not new.any():
                 continue
-            idx = np.flatnonzero(new)
-            est = KernelData(t, [d.configs[i] for i in idx], d.X[idx],
-                             _source_base(src_pred, t, d)[idx], d.fb[idx],
-                             ["source-estimate"] * len(idx))
-            out[t] = est if have is None else KernelData(
-                t, list(have.configs) + est.configs, np.vstack([have.X, est.X]),
-                np.concatenate([have.y, est.y]), np.vstack([have.fb, est.fb]),
-                list(have.origins) + est.origins)
+            part = d.subset(new)  # only these rows are estimated
+            est = KernelData(t, part.configs, part.X, _source_base(src_pred, t, part),
+                             part.fb, ["source-estimate"] * len(part))
+            out[t] = est if have is None else have.concat(est)
     return out
 
 
@@ -564,13 +560,7 @@ def train_transfer(backend_id: str, ds: Any, rules: Any, settings: Any, source: 
             pseudo = KernelData(t, list(d.configs), d.X, d.y * factor, d.fb,
                                 ["pseudo"] * len(d))
             own = ctx_t.data.get(t)
-            if own is not None:
-                pseudo = KernelData(t, pseudo.configs + list(own.configs),
-                                    np.vstack([pseudo.X, own.X]),
-                                    np.concatenate([pseudo.y, own.y]),
-                                    np.vstack([pseudo.fb, own.fb]),
-                                    pseudo.origins + own.origins)
-            data[t] = pseudo
+            data[t] = pseudo if own is None else pseudo.concat(own)
         for t, d in ctx_t.data.items():
             data.setdefault(t, d)
         regressors, counts = fit_regressors(data, src_ds, settings)

@@ -148,7 +148,7 @@ def test_a_transfer_from_a_transfer_keeps_what_its_source_knows_from_its_own(wor
     configurations at the middle predictor's estimate, not left to the fallback."""
     from nnmeter.kernels import KERNEL_TYPES
     from nnmeter.predictors.model import is_fallback_key
-    from nnmeter.predictors.transfer import _ancestors, _source_key
+    from nnmeter.predictors.transfer import _source_key, source_chain
 
     mid = DeviceProfiler("mid", ("avx2", "fma"), 2.0, overhead=0.02)
     build_by_transfer("ort-cpu", "src", budget_minutes=5, dataset="ort-cpu@mid",
@@ -159,7 +159,7 @@ def test_a_transfer_from_a_transfer_keeps_what_its_source_knows_from_its_own(wor
                       profiler=leaf, progress=False, root=world, limit=60)
     leaf_dir = kernel_dataset_dir("ort-cpu@leaf", world)
     (leaf_dir / "relu.jsonl").unlink(missing_ok=True)
-    assert [d.name for _, d in _ancestors(leaf_dir)] == ["ort-cpu@mid", "ort-cpu@src"]
+    assert [d.name for _, d in source_chain(leaf_dir)] == ["ort-cpu@mid", "ort-cpu@src"]
     pred = load_predictor("ort-cpu", dataset="ort-cpu@leaf", root=world, use_cache=False)
     assert not is_fallback_key(_source_key(pred, "relu"))
     # relu trained on the first dataset's configurations (every one the middle
