@@ -50,6 +50,7 @@ def main() -> int:
         ap.error("--no-pass only goes with --variants")
 
     from nnmeter.devices.datasets import own_dataset_dir
+    from nnmeter.devices.reference import SpeedReference
     from nnmeter.predictors.dataset import kernel_dataset_dir
     from nnmeter.predictors.in_model import add_in_model_pass, extend_in_model
 
@@ -62,11 +63,18 @@ def main() -> int:
         if not directory.is_dir():
             ap.error(f"--dataset {args.dataset}: no such dataset under "
                      f"{directory.parent}; `nnmeter devices` lists them")
-    if args.variants is not None:
-        rec = extend_in_model(args.backend, directory, variants=args.variants, progress=True)
-        print(f"{directory.name}: {len(rec['points'])} in-model calibration models")
-    if not args.no_pass:
-        rec = add_in_model_pass(args.backend, directory, progress=True)
+    # the speed reference before and after (tag ``in_model``): models added sessions
+    # after the build ran at the host's speed of that day, which the report can compare
+    reference = SpeedReference(directory, tag="in_model")
+    with reference.around(args.backend, "in-model models"):
+        if args.variants is not None:
+            rec = extend_in_model(args.backend, directory, variants=args.variants,
+                                  progress=True)
+            print(f"{directory.name}: {len(rec['points'])} in-model calibration models")
+        if not args.no_pass:
+            rec = add_in_model_pass(args.backend, directory, progress=True)
+    for point in reference.points:
+        print(f"speed reference {point['phase']}: {point['latency_ms']:.4f} ms")
     ratios = []
     for p in rec["points"]:
         passes = p.get("passes") or [p["latency_ms"]]
