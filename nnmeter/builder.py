@@ -1214,7 +1214,8 @@ LEFTOVER_MIN_S = 60.0
 
 def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 10.0,
                    dataset: str | None = None, profiler: Any = None, progress: bool = True,
-                   root: Any = None, limit: int | None = None) -> TransferResult:
+                   root: Any = None, limit: int | None = None,
+                   in_model_variants: int | None = None) -> TransferResult:
     """Build this machine's predictor for ``backend_id`` by adapting ``source``'s
     (:mod:`nnmeter.predictors.transfer`) within ``budget_minutes`` of wall time, all
     phases included: plan, measure the planned kernels, calibrate, train.
@@ -1224,7 +1225,10 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
     dataset holds a full build gets the transfer beside it (``<dataset>-transfer``),
     never mixed into it. ``limit`` caps the configurations planned; by default it grows
     with the budget (:func:`~nnmeter.predictors.transfer.plan_size`), as does the number
-    of zoo variants the plan partitions.
+    of zoo variants the plan partitions. ``in_model_variants`` (more than
+    :data:`~nnmeter.predictors.in_model.VARIANTS`) adds the in-model calibration's
+    models of that many a family with the time the calibrations leave, before their
+    second pass (:func:`~nnmeter.predictors.in_model.extend_in_model`).
 
     Raises
     ------
@@ -1346,17 +1350,30 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                 result.calibrated = list(calibrate(backend_id, ds_dir, None,
                                                    deadline=late_deadline, progress=progress))
         result.phases["calibrate"] = (time.monotonic() - t2) / 60
-        # what the calibrations left: first a second pass over the in-model models (they
-        # set the level of every prediction, and one pass caught at a slow moment of a
-        # shared host pulls all of it: each model keeps its fastest pass), then kernels
+        # what the calibrations left: more in-model models first where asked
+        # (in_model_variants: where whole models run far from their kernels' sum, a few
+        # dozen do not pin the term); then a second pass over the models (they set the
+        # level of every prediction, and one pass caught at a slow moment of a shared
+        # host pulls all of it: each model keeps its fastest pass); then kernels
         if own and late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
-            from nnmeter.predictors.in_model import add_in_model_pass, passes_taken
+            from nnmeter.predictors.in_model import (
+                VARIANTS, add_in_model_pass, extend_in_model, passes_taken, read_in_model,
+            )
 
-            if passes_taken(backend_id, ds_dir) == 1:
+            if in_model_variants is not None and in_model_variants > VARIANTS and \
+                    read_in_model(ds) is not None:
+                t4 = time.monotonic()
+                with reference.around(backend_id, "more in-model models"):
+                    extend_in_model(backend_id, ds_dir, variants=in_model_variants,
+                                    deadline=late_deadline, progress=progress)
+                result.calibrated.append(f"in_model ({in_model_variants} a family)")
+                result.phases["calibrate"] += (time.monotonic() - t4) / 60
+            if passes_taken(backend_id, ds_dir) == 1 and \
+                    late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
                 t4 = time.monotonic()
                 with reference.around(backend_id, "in-model pass"):
                     add_in_model_pass(backend_id, ds_dir, deadline=late_deadline,
-                                      progress=progress)
+                                      progress=progress, below=2)
                 result.calibrated.append("in_model (second pass)")
                 result.phases["calibrate"] += (time.monotonic() - t4) / 60
         if result.measurements < len(todo) and \

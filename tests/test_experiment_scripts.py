@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,3 +320,24 @@ def test_zoo_rows_refuses_a_device_without_a_build(tmp_path):
     assert out.returncode != 0
     assert "holds no build of ort-cpu" in out.stderr and "nnmeter build -b ort-cpu" in out.stderr
     assert not any(tmp_path.rglob("*.jsonl"))
+
+
+def test_in_model_size_scores_the_spread_apart_from_the_level(capsys):
+    """in_model_size.py: the level (median predicted/measured) is taken out before the
+    spread and the share within ±10 % at that level; a device or backend without
+    development sets, or an unknown dataset, is a one-line error."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import in_model_size as ims
+
+    true = np.array([1.0, 2.0, 4.0, 8.0])
+    s = ims.score(true * np.array([1.3, 1.3, 1.3, 1.3]), true)
+    assert s["acc10"] == 0.0 and s["acc10_at_level"] == 1.0 and s["spread"] < 1e-12
+    s = ims.score(true * np.array([1.0, 1.0, 1.5, 1.0]), true)
+    assert s["level"] == pytest.approx(1.0) and s["acc10"] == 0.75
+    assert s["spread"] == pytest.approx(np.log(1.5) / 2)
+    with pytest.raises(SystemExit, match="no development sets for ort-cpu on no-such"):
+        ims.development_seeds("no-such-device", "ort-cpu")
+    with pytest.raises(SystemExit):
+        ims.main(["--backend", "ort-cpu", "--device", "xeon-f6m167-amx-2c",
+                  "--datasets", "ort-cpu@no-such-dataset"])
+    assert "no dataset 'ort-cpu@no-such-dataset'" in capsys.readouterr().err

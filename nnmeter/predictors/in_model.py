@@ -98,7 +98,15 @@ GROUPS: tuple[str, ...] = ("conv", "pointwise", "dwconv", "fc", "other", "attent
 ATTENTION_FAMILIES = frozenset(("matmul", "softmax", "layernorm", "add-layernorm",
                                 "transpose", "split-last"))
 #: zoo variants per family measured (the first of :data:`DRAWN` drawn under the cap),
-#: and their sampler seed (the kernel builder's)
+#: and their sampler seed (the kernel builder's). More pin a large term better: on the
+#: 2-vCPU Xeon (xeon-f6m167-amx-2c) 10 a family (117 models) instead of 3 narrowed the
+#: development sets' errors about their median for openvino-cpu-f32 (rms log
+#: 0.145-0.155 -> 0.086-0.115), mnn-cpu (0.109-0.137 -> 0.096-0.117) and litert-cpu
+#: (0.076-0.081 -> 0.074-0.078) and widened ort-cpu's (0.067-0.075 -> 0.080-0.085,
+#: against the 8 models of its shipped transfer; a second pass over the 117 did not
+#: help), though its kernels' sum is as far from its whole models as LiteRT's (median
+#: 10 %; OpenVINO's and MNN's 21-22 %) (``experiments/results/in_model_size_<device>``);
+#: so a build keeps 3 and ``--in-model-variants`` asks for more
 VARIANTS = 3
 DRAWN = 6
 SEED = 0
@@ -344,8 +352,8 @@ def _existing_record(backend_id: str, dataset_dir: str | os.PathLike) -> tuple[A
 
 def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
                       core: int | str | None = "auto", profiler: Any = None,
-                      progress: bool = False, deadline: float | None = None
-                      ) -> dict[str, Any]:
+                      progress: bool = False, deadline: float | None = None,
+                      below: int | None = None) -> dict[str, Any]:
     """Measure every model of the dataset's in-model record once more, now, and keep
     each model's time as the fastest of its passes (interference on a shared machine
     only ever adds time, and one pass caught at a slow moment pulls the fit its way).
@@ -354,7 +362,9 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
     existed counts its ``latency_ms`` as its first pass) and ``passed_at`` (when each
     was taken); ``latency_ms`` becomes their minimum. The record is rewritten in place
     after every model, so a stopped run keeps the passes it took; past ``deadline``
-    (``time.monotonic()`` seconds) it stops between two models. Returns the record.
+    (``time.monotonic()`` seconds) it stops between two models. With ``below``, only
+    the models that have fewer passes than that are measured (a build's second pass
+    after it added models). Returns the record.
 
     Raises
     ------
@@ -377,6 +387,8 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
                           desc=f"another pass over the in-model models ({backend_id})"):
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            if below is not None and len(_passes(point)) >= below:
+                continue
             m = prof.measure(get_variant(str(point["variant"])).build())
             if not m.ok:
                 logger.warning("in-model pass: %s failed: %s", point["variant"], m.error)
@@ -396,12 +408,16 @@ def add_in_model_pass(backend_id: str, dataset_dir: str | os.PathLike, *,
 
 def extend_in_model(backend_id: str, dataset_dir: str | os.PathLike, *, variants: int,
                     core: int | str | None = "auto", profiler: Any = None,
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: bool = False, deadline: float | None = None
+                    ) -> dict[str, Any]:
     """Measure, now, the :func:`calibration_models` of ``variants`` per family that the
     dataset's in-model record lacks, and add them to it (a build measures
-    :data:`VARIANTS`; a term with more coefficients than a few dozen models pin down
-    needs more). The record is rewritten after every model, so a stopped run keeps what
-    it measured; ``variants_per_family`` says the larger set once it is complete.
+    :data:`VARIANTS`; ``nnmeter build --transfer-from ... --in-model-variants N`` and
+    ``experiments/in_model_pass.py --variants N`` add more). The record is rewritten
+    after every model, so a stopped run keeps what it measured;
+    past ``deadline`` (``time.monotonic()`` seconds) it stops between two models, and
+    ``variants_per_family`` says the larger set only once it is complete (the models
+    come round-robin over the families, so a set cut short still covers them evenly).
     Returns the record; raises as :func:`add_in_model_pass` does (no record, or
     another device's).
     """
@@ -419,6 +435,8 @@ def extend_in_model(backend_id: str, dataset_dir: str | os.PathLike, *, variants
     try:
         for v in tqdm(todo, unit="model", disable=not progress,
                       desc=f"more in-model models ({backend_id}, {variants} a family)"):
+            if deadline is not None and time.monotonic() >= deadline:
+                return rec
             prof = prof or profiler or Profiler(backend_id, core=core)
             m = prof.measure(v.build())
             if not m.ok:

@@ -16,7 +16,8 @@ kernel data and predictor and measures on this machine only what it must:
 2. **The calibrations** the device needs (overhead, reorders, chain...; about a third of
    the budget), measured here, bounded by the budget and resumable
    (:func:`nnmeter.builder.calibrate`). What they leave of their share (a long budget
-   finishes them early) goes first to a second pass over the in-model models, each
+   finishes them early) goes first to more in-model models where the build asks for
+   them (``in_model_variants``), then to a second pass over the in-model models, each
    keeping its fastest pass (they set the level of every prediction, and a shared host
    caught at a slow moment moves all of it), then back to the planned kernels. A budget
    past ten minutes plans proportionally more configurations from more zoo variants

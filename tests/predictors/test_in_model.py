@@ -278,6 +278,14 @@ def test_another_pass_keeps_every_models_fastest_pass(world):
         calls = prof.calls
         add_in_model_pass("ort-cpu", d, profiler=prof, deadline=time.monotonic() - 1)
         assert prof.calls == calls and passes_taken("ort-cpu", d) == 3
+        # with below, only the models with fewer passes (a model added later)
+        on_disk = json.loads((d / IN_MODEL_FILE).read_text())
+        on_disk["points"][1] = {"variant": names[1], "latency_ms": 1e-4, "passes": [1e-4]}
+        (d / IN_MODEL_FILE).write_text(json.dumps(on_disk))
+        add_in_model_pass("ort-cpu", d, profiler=prof, below=2)
+        assert prof.calls == calls + 1
+        assert [len(p["passes"]) for p in json.loads((d / IN_MODEL_FILE).read_text())
+                ["points"]] == [3, 2]
     finally:
         (d / IN_MODEL_FILE).unlink()
         clear_memo()
@@ -453,6 +461,13 @@ def test_more_calibration_models_are_added_to_the_record(world):
            "points": [{"variant": n, "latency_ms": 1.0} for n in build_set]}
     (d / IN_MODEL_FILE).write_text(json.dumps(rec))
     try:
+        # past its deadline nothing is measured, and the record does not claim the
+        # larger set
+        late = LinearProfiler()
+        got = extend_in_model("ort-cpu", d, variants=VARIANTS + 1, profiler=late,
+                              deadline=time.monotonic() - 1)
+        assert late.calls == 0 and got["variants_per_family"] == VARIANTS
+        assert len(got["points"]) == len(build_set)
         prof = LinearProfiler()
         got = extend_in_model("ort-cpu", d, variants=VARIANTS + 1, profiler=prof)
         assert prof.calls == len(larger) - len(build_set)
