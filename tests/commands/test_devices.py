@@ -85,6 +85,17 @@ def test_build_transfer_from_reaches_the_transfer_build(monkeypatch, capsys):
     assert seen["source"] == "there" and seen["budget_minutes"] == 10.0
     assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "there"]) == 0
     assert "7 kernel measurements here" in capsys.readouterr().out
+    assert seen["in_model_variants"] is None
+    # more in-model models: passed on; without a transfer, or below 1, a usage error
+    assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "there",
+                     "--in-model-variants", "10", "--json"]) == 0
+    assert seen["in_model_variants"] == 10
+    capsys.readouterr()
+    assert cli.main(["build", "-b", "ort-cpu", "--in-model-variants", "10"]) == 2
+    assert "--in-model-variants goes with --transfer-from" in capsys.readouterr().err
+    assert cli.main(["build", "-b", "ort-cpu", "--transfer-from", "there",
+                     "--in-model-variants", "0"]) == 2
+    assert "at least 1, not 0" in capsys.readouterr().err
 
 
 def test_build_transfer_from_an_unknown_device_lists_the_known(two_devices, capsys):
