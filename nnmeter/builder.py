@@ -1351,10 +1351,10 @@ def build_by_transfer(backend_id: str, source: str, *, budget_minutes: float = 1
                                                    deadline=late_deadline, progress=progress))
         result.phases["calibrate"] = (time.monotonic() - t2) / 60
         # what the calibrations left: more in-model models first where asked
-        # (in_model_variants: where whole models run far from their kernels' sum, a few
-        # dozen do not pin the term); then a second pass over the models (they set the
-        # level of every prediction, and one pass caught at a slow moment of a shared
-        # host pulls all of it: each model keeps its fastest pass); then kernels
+        # (in_model_variants: on the Xeon 117 pinned OpenVINO's, MNN's and LiteRT's term
+        # better than 36); then a second pass over the models (they set the level of
+        # every prediction, and one pass caught at a slow moment of a shared host pulls
+        # all of it: each model keeps its fastest pass); then kernels
         if own and late_deadline - time.monotonic() >= LEFTOVER_MIN_S:
             from nnmeter.predictors.in_model import (
                 VARIANTS, add_in_model_pass, extend_in_model, passes_taken, read_in_model,
