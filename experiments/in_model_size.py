@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", required=True, help="the device of the sets and datasets")
     ap.add_argument("--datasets", required=True, metavar="ID1,ID2",
                     help="kernel datasets of that device to compare")
+    ap.add_argument("--seeds", default=None, metavar="S1,S2",
+                    help="development sets to score (default: the protocol's for the "
+                         "backend; a backend the protocol has no entry for, such as a "
+                         "two-thread one, needs them named)")
     args = ap.parse_args(argv)
 
     from device_transfer import _truth
@@ -84,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         if not kernel_dataset_dir(d).is_dir():
             ap.error(f"--datasets: no dataset {d!r} under datasets/kernels; `nnmeter devices` "
                      f"lists them")
-    seeds = development_seeds(args.device, args.backend)
+    if args.seeds:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x]
+        except ValueError:
+            ap.error(f"--seeds {args.seeds}: give comma-separated integers, e.g. 1000,2000")
+    else:
+        seeds = development_seeds(args.device, args.backend)
     sets = {}
     for seed in seeds:
         truth = _truth(args.backend, seed, args.device)[0]
@@ -95,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# {args.backend} on {args.device}: in-model calibration size "
              f"({time.strftime('%Y-%m-%d %H:%M')})",
              f"# command: python experiments/in_model_size.py --backend {args.backend} "
-             f"--device {args.device} --datasets {args.datasets}",
+             f"--device {args.device} --datasets {args.datasets}"
+             + (f" --seeds {args.seeds}" if args.seeds else ""),
              f"{'dataset':44s} {'models':>6s} {'strength':>8s} {'seed':>5s} {'n':>4s} "
              f"{'±10 %':>6s} {'level':>6s} {'spread':>6s} {'±10 % at level':>14s}"]
     report: dict[str, Any] = {"backend": args.backend, "device": args.device,
