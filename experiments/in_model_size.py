@@ -59,11 +59,13 @@ def score(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     >>> round(s["level"], 3), s["acc10"], round(s["spread"], 6), s["acc10_at_level"]
     (1.2, 0.0, 0.0, 1.0)
     """
+    from nnmeter.evaluate import within
+
     r = np.log(pred / true)
     mid = float(np.median(r))
-    return {"n": int(len(true)), "acc10": float(np.mean(np.abs(pred / true - 1) <= 0.1)),
+    return {"n": int(len(true)), "acc10": within(pred, true, 10),
             "level": float(np.exp(mid)), "spread": float(np.sqrt(np.mean((r - mid) ** 2))),
-            "acc10_at_level": float(np.mean(np.abs(pred / np.exp(mid) / true - 1) <= 0.1))}
+            "acc10_at_level": within(pred / np.exp(mid), true, 10)}
 
 
 def main(argv: list[str] | None = None) -> int:
