@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from nnmeter.devices.reference import (
-    SpeedReference, compare_records, describe, drift_warning, speed_change_warning, summarize,
+    REFERENCE_FILE, SpeedReference, compare_records, describe, drift_warning,
+    speed_change_warning, summarize,
 )
 from nnmeter.errors import (BackendError, DatasetError, FusionRulesError, MeasurementError,
                             SettingsError, UnknownSettingError, UnsupportedOpError)
@@ -62,7 +63,8 @@ from nnmeter.sampling.initial import iter_initial
 from nnmeter.sampling.prior import KernelPrior, config_key
 
 __all__ = ["calibrate", "pending_calibrations", "build_predictor", "BuildSettings",
-           "BuildResult", "SamplingPlan", "collect_prior", "sample_kernel_type",
+           "BuildResult", "SamplingPlan", "collect_prior", "disturbed_rows",
+           "remeasure_disturbed", "sample_kernel_type",
            "profile_kernel_types", "train_and_cache", "kernel_prior_from_zoo",
            "importance_weights", "profile_configs", "measured_keys", "build_by_transfer",
            "TransferResult"]
@@ -108,13 +110,18 @@ class BuildResult:
     #: (:func:`nnmeter.devices.reference.summarize`)
     speed_reference: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: what :func:`remeasure_disturbed` did before sampling ({} when it did not run)
+    remeasured: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
-                "types": self.types, "minutes": self.minutes,
-                "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget,
-                "phases": dict(self.phases), "speed_reference": self.speed_reference,
-                "warnings": list(self.warnings)}
+        out = {"backend_id": self.backend_id, "dataset_dir": self.dataset_dir,
+               "types": self.types, "minutes": self.minutes,
+               "measurements": self.measurements, "stopped_by_budget": self.stopped_by_budget,
+               "phases": dict(self.phases), "speed_reference": self.speed_reference,
+               "warnings": list(self.warnings)}
+        if self.remeasured:
+            out["remeasured"] = dict(self.remeasured)
+        return out
 
 
 def kernel_prior_from_zoo(rules: Any, *, n_per_family: int = 8, seed: int = 0,
@@ -203,6 +210,91 @@ def profile_configs(kernel_type: str, configs: Sequence[dict[str, Any]], origin:
         if m.ok and m.latency_ms > 0 and math.isfinite(m.latency_ms):
             out.append(Sample(cfg, float(m.latency_ms), origin))
     return out
+
+
+#: the origin of a row measured again because its first measurement was disturbed
+REMEASURE_ORIGIN = "remeasure"
+
+
+def disturbed_rows(dataset: KernelDataset, *, kernels: Sequence[str] | None = None
+                   ) -> list[tuple[float, str, dict[str, Any]]]:
+    """The configurations whose every usable row was measured while the device ran slow
+    (a span of :func:`nnmeter.devices.reference.disturbed_windows` over the dataset's
+    speed record), most disturbed first, as ``(ratio, kernel_type, config)``.
+
+    A configuration measured again at a quiet moment drops out: the loader keeps each
+    configuration's fastest row (:func:`nnmeter.predictors.kernel_data.load_kernel_data`),
+    and interference only adds time."""
+    from nnmeter.devices.reference import disturbed_windows, read_reference
+
+    spans = disturbed_windows(read_reference(dataset.directory))
+    if not spans:
+        return []
+
+    def ratio_at(ts: str) -> float | None:
+        for first, last, ratio in spans:
+            if first <= ts <= last:
+                return ratio
+        return None
+
+    out: list[tuple[float, str, dict[str, Any]]] = []
+    for t in kernels if kernels is not None else dataset.kernel_types():
+        worst: dict[str, tuple[float | None, dict[str, Any]]] = {}
+        for row in dataset.rows(t):
+            lat, ts, cfg = row.get("latency_ms"), row.get("timestamp"), row.get("config")
+            if not isinstance(lat, (int, float)) or lat <= 0 or not isinstance(cfg, dict):
+                continue
+            r = ratio_at(ts) if isinstance(ts, str) else None
+            key = config_key(cfg)
+            if key in worst and worst[key][0] is None:
+                continue  # already has a row measured at a quiet moment
+            worst[key] = (r, cfg) if r is None or key not in worst else (
+                max(r, worst[key][0]), cfg)
+        out.extend((r, t, cfg) for r, cfg in worst.values() if r is not None)
+    out.sort(key=lambda x: -x[0])
+    return out
+
+
+def remeasure_disturbed(dataset: KernelDataset, *, profiler: Any, deadline: float,
+                        kernels: Sequence[str] | None = None, progress: bool = True,
+                        protocol: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure again, until ``deadline`` (``time.monotonic()`` seconds), each
+    configuration of :func:`disturbed_rows`, most disturbed first, appending the new
+    rows (``origin: "remeasure"``) beside the old ones; nothing is deleted.
+
+    On a shared host a build's rows are only as good as the moment they were measured:
+    on the 2-vCPU Zen 4, analysis run on the other vCPU while mnn-cpu's build profiled
+    slowed its speed reference by up to 40 % (0.479 ms fastest, 0.669 ms at worst),
+    and the build's rows of those minutes with it. The build's probes say when; this
+    measures those rows again instead of training on them.
+
+    Returns ``{"pending": n before, "measured": rows measured now, "left": n still
+    pending}``."""
+    todo = disturbed_rows(dataset, kernels=kernels)
+    done = 0
+    if todo:
+        logger.info("%d configurations were measured while the device ran slow; measuring "
+                    "them again", len(todo))
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), unit="kernel",
+                       desc="build: measuring disturbed rows again")
+        try:
+            for _ratio, t, cfg in todo:
+                if time.monotonic() >= deadline:
+                    break
+                got = profile_configs(t, [cfg], REMEASURE_ORIGIN, profiler=profiler,
+                                      dataset=dataset, deadline=deadline, protocol=protocol)
+                done += 1 if got else 0
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+    left = len(disturbed_rows(dataset, kernels=kernels)) if todo else 0
+    return {"pending": len(todo), "measured": done, "left": left}
 
 
 def _accept(kernel_type: str, max_params: float | None = None) -> Callable[[dict[str, Any]], bool]:
@@ -532,6 +624,10 @@ class BuildSettings:
         Measure a few whole zoo models (``in_model.json``,
         :mod:`nnmeter.predictors.in_model`), for what kernels cost inside a model on
         this device beyond their time alone; about two minutes, within the budget.
+    remeasure_disturbed : bool
+        Before sampling anything new, measure again the rows the dataset's earlier
+        builds made while the device ran slow (:func:`remeasure_disturbed`), within the
+        profiling time; the loader keeps each configuration's fastest row.
 
     Raises
     ------
@@ -568,6 +664,7 @@ class BuildSettings:
     calibrate_reorders: bool = True
     calibrate_chain: bool = True
     calibrate_in_model: bool = True
+    remeasure_disturbed: bool = True
     calibration_share: float = 0.35
 
     def __post_init__(self) -> None:
@@ -596,7 +693,8 @@ class BuildSettings:
         if not is_real(self.calibration_share) or not 0.0 <= self.calibration_share < 1.0:
             fail("calibration_share", "a number in [0, 1) (the budget's share for calibrations)")
         for name in ("resume", "train", "calibrate_boundary", "calibrate_weight_stream",
-                     "calibrate_reorders", "calibrate_chain", "calibrate_in_model"):
+                     "calibrate_reorders", "calibrate_chain", "calibrate_in_model",
+                     "remeasure_disturbed"):
             if not isinstance(getattr(self, name), bool):
                 fail(name, "True or False")
         if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
@@ -1087,6 +1185,17 @@ def build_predictor(
 
             profiler = reference.watch(Profiler(backend_id), "profile")
         try:
+            if own_profiler and settings.remeasure_disturbed:
+                t_phase = time.monotonic()
+                result.remeasured = remeasure_disturbed(
+                    ds, profiler=profiler, deadline=profile_deadline,
+                    kernels=None if settings.kernels is None else list(plan.weights),
+                    progress=progress,
+                    protocol=dict(DEFAULT_PROTOCOL if settings.protocol is None
+                                  else settings.protocol))
+                result.measurements += result.remeasured.get("measured", 0)
+                if result.remeasured.get("pending") or result.remeasured.get("measured"):
+                    result.phases["remeasure"] = (time.monotonic() - t_phase) / 60
             profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
                                  t_start=t_start, deadline=profile_deadline,
                                  max_params=max_params, progress=progress,
@@ -1109,6 +1218,14 @@ def build_predictor(
         finally:
             result.minutes = (time.monotonic() - t_start) / 60
             _note_speed(result, reference, "this build")
+            if own_profiler and settings.remeasure_disturbed:
+                slow = len(disturbed_rows(ds))
+                if slow:
+                    result.warnings.append(
+                        f"{slow} kernel configurations of {ds.directory.name} were measured "
+                        f"only while the device ran slow (its speed reference, "
+                        f"{REFERENCE_FILE}); rerun the build on a quiet machine to measure "
+                        f"them again first")
             ds.append_raw("builds.jsonl", result.as_dict())
         return result
 

@@ -541,3 +541,49 @@ def test_rows_added_after_a_complete_edge_fit_are_profiled_by_the_next_build(tmp
     assert profiled == ["openvino-cpu", "openvino-cpu in context"]
     assert out["fit"] == record["fit"]
     assert out["row_edges"]["profiled"] == 1 and out["row_context"]["profiled"] == 0
+
+
+def _disturbed_dataset(tmp_path):
+    """A dataset whose relu rows were measured at 10:01, 10:03 and 10:07, and a speed
+    record whose 10:03 probe ran 40 % slow."""
+    ds = KernelDataset(kernel_dataset_dir("fake-cpu", tmp_path), "fake-cpu")
+    ds.directory.mkdir(parents=True)
+    for i, (ts, ms) in enumerate((("10:01", 0.011), ("10:03", 0.02), ("10:07", 0.010))):
+        ds.append("relu", {"kernel_type": "relu", "config": PRIOR["relu"][i],
+                           "latency_ms": ms, "ok": True, "origin": "initial",
+                           "timestamp": f"2026-12-07T{ts}:00"})
+    with open(ds.directory / "speed_reference.jsonl", "w") as fh:
+        for ts, ph, ms in (("10:00", "start", 0.50), ("10:02", "profile", 0.50),
+                           ("10:03", "profile", 0.70), ("10:05", "profile", 0.50)):
+            fh.write(json.dumps({"timestamp": f"2026-12-07T{ts}:00", "phase": ph,
+                                 "latency_ms": ms}) + "\n")
+    return ds
+
+
+def test_rows_measured_while_the_device_ran_slow_are_measured_again(tmp_path):
+    import time
+
+    from nnmeter.builder import disturbed_rows, remeasure_disturbed
+    from nnmeter.predictors.kernel_data import load_kernel_data
+
+    ds = _disturbed_dataset(tmp_path)
+    todo = disturbed_rows(ds)
+    # 10:03 lies between the probes around the slow one (10:02-10:05); 10:01 and 10:07 not
+    assert [(t, c) for _, t, c in todo] == [("relu", PRIOR["relu"][1])]
+    assert todo[0][0] == pytest.approx(1.4)
+    # no time left: nothing measured, nothing lost
+    prof = FakeProfiler()
+    out = remeasure_disturbed(ds, profiler=prof, deadline=time.monotonic() - 1,
+                              progress=False)
+    assert out == {"pending": 1, "measured": 0, "left": 1} and prof.calls == 0
+    out = remeasure_disturbed(ds, profiler=prof, deadline=time.monotonic() + 60,
+                              progress=False)
+    assert out == {"pending": 1, "measured": 1, "left": 0} and prof.calls == 1
+    rows = ds.rows("relu")
+    assert len(rows) == 4 and rows[-1]["origin"] == "remeasure"
+    assert rows[-1]["config"] == PRIOR["relu"][1]
+    # the new row is now the quiet one: nothing left, and training keeps the fastest
+    assert disturbed_rows(ds) == []
+    data = load_kernel_data(ds, "relu")
+    assert len(data.y) == 3
+    assert data.y[1] == pytest.approx(min(0.02, rows[-1]["latency_ms"]))

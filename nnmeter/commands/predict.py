@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "On the 2-vCPU Xeon 10 narrowed the errors of OpenVINO, MNN and "
                         "LiteRT, and widened ONNX Runtime's")
     p.add_argument("--rounds", type=int, default=3, help="adaptive rounds per kernel type")
+    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
+                   help="do not first measure again the rows earlier builds made while "
+                        "the speed reference ran slow (the default measures them again "
+                        "and trains on each configuration's fastest row)")
     add_runner_arguments(p)
     add_json(p)
     p.set_defaults(func=_cmd_build)
@@ -262,7 +266,7 @@ def _build(args: argparse.Namespace) -> int:
     result = build_predictor(args.backend, budget_minutes=args.budget_minutes,
                              resume=args.resume, kernels=kernels, dataset=args.dataset,
                              rounds=args.rounds, prior_families=families,
-                             progress=not args.json)
+                             remeasure_disturbed=args.remeasure, progress=not args.json)
     if args.json:
         emit_json(result.as_dict())
         return 0
@@ -287,6 +291,11 @@ def _build(args: argparse.Namespace) -> int:
     print_table(["kernel type", "samples", "held-out ±10 % acc", "minutes"], rows)
     print(f"\n{result.measurements} measurements in {result.minutes:.1f} min; data in "
           f"{result.dataset_dir}")
+    again = result.remeasured
+    if again.get("pending"):
+        print(f"measured again first: {again['measured']} of {again['pending']} configurations "
+              f"that earlier builds measured while the device ran slow"
+              + (f" ({again['left']} left for the next run)" if again.get("left") else ""))
     if result.speed_reference:
         from nnmeter.devices.reference import describe
 

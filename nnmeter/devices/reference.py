@@ -58,7 +58,8 @@ from typing import Any
 __all__ = ["REFERENCE_FILE", "PROBE_EVERY_S", "DRIFT_WARN", "reference_graph",
            "SpeedReference", "ProbingProfiler", "read_reference", "summarize",
            "drift_warning", "compare_records", "set_against_builds", "SPEED_WARN",
-           "speed_change_warning", "speed_against_build", "describe"]
+           "speed_change_warning", "speed_against_build", "describe", "DISTURBED",
+           "disturbed_windows"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,59 @@ def drift_warning(summary: dict[str, Any] | None, what: str, *,
             f"{summary['max_ms']:.3g} ms): measurements made at different speeds cannot "
             f"give a predictor or a figure better than that; measure on a quiet machine "
             f"(the record: {REFERENCE_FILE})")
+
+
+#: a probe this much slower than the fastest of its build (:func:`disturbed_windows`)
+#: marks the rows measured around it as disturbed
+DISTURBED = 0.05
+
+
+def disturbed_windows(points: Sequence[dict[str, Any]], *, limit: float = DISTURBED,
+                      phases: Sequence[str] = ("start", "profile")
+                      ) -> list[tuple[str, str, float]]:
+    """The spans of a kernel dataset's record in which the device ran slow: for each
+    probe of ``phases`` more than ``limit`` slower than the fastest probe of its build
+    (a build's probes start at a ``start`` probe), the span from the probe before it to
+    the probe after it (the build's first or last probe where there is none), as
+    ``(first, last, ratio)``: timestamps as the rows carry them and the probe's time
+    over the build's fastest. Overlapping spans merge (keeping the larger ratio).
+
+    Interference only adds time, and a probe every two minutes cannot say when in
+    between it began or ended, so every row measured between the neighbouring probes is
+    suspect; :func:`nnmeter.builder.remeasure_disturbed` measures them again. A build
+    whose every probe ran slow ran on a slower host, which no probe can tell from
+    interference; :func:`summarize` and :func:`compare_records` report that.
+
+    >>> pts = [{"timestamp": t, "phase": ph, "latency_ms": ms} for t, ph, ms in [
+    ...     ("T10", "start", 0.48), ("T12", "profile", 0.49), ("T14", "profile", 0.67),
+    ...     ("T16", "profile", 0.48), ("T18", "calibrate", 0.60)]]
+    >>> disturbed_windows(pts)
+    [('T12', 'T16', 1.3958333333333335)]
+    """
+    builds: list[list[dict[str, Any]]] = []
+    for p in points:
+        if p.get("phase") == "start" or not builds:
+            builds.append([])
+        builds[-1].append(p)
+    spans: list[tuple[str, str, float]] = []
+    for build in builds:
+        timed = [p for p in build if isinstance(p.get("latency_ms"), (int, float))
+                 and p["latency_ms"] > 0 and p.get("timestamp")]
+        if not timed:
+            continue
+        fastest = min(float(p["latency_ms"]) for p in timed)
+        for i, p in enumerate(timed):
+            ratio = float(p["latency_ms"]) / fastest
+            if p.get("phase") not in phases or ratio <= 1.0 + limit:
+                continue
+            first = timed[max(0, i - 1)]["timestamp"]
+            last = timed[min(len(timed) - 1, i + 1)]["timestamp"]
+            if spans and first <= spans[-1][1]:
+                a, b, r = spans[-1]
+                spans[-1] = (a, max(b, last), max(r, ratio))
+            else:
+                spans.append((first, last, ratio))
+    return spans
 
 
 def set_against_builds(set_path: str | os.PathLike[str],

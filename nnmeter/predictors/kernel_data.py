@@ -83,8 +83,14 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
         logger.warning("dataset %s has rows for unknown kernel type %r; skipped",
                        dataset.directory, kernel_type)
         return None
+    from nnmeter.sampling.prior import config_key
+
     configs, X, y, fb, origins, stored = [], [], [], [], [], []
     bad = 0
+    # a configuration measured more than once (again after a disturbed first
+    # measurement, nnmeter.builder.remeasure_disturbed) keeps its fastest row:
+    # interference only adds time
+    at: dict[str, int] = {}
     for row in dataset.rows(kernel_type):
         lat = row.get("latency_ms")
         if lat is None:
@@ -98,6 +104,12 @@ def load_kernel_data(dataset: KernelDataset, kernel_type: str) -> KernelData | N
         except (TypeError, KeyError) as err:
             raise DatasetError(f"{dataset.path(kernel_type)}: bad config {row.get('config')}: "
                                f"{err}") from err
+        key = config_key(row["config"])
+        if key in at:
+            i = at[key]
+            y[i] = min(y[i], float(lat))  # the first row's origin says why it was sampled
+            continue
+        at[key] = len(y)
         feats = kt.features(cfg)
         configs.append(cfg)
         X.append(model_input(kt.feature_names, feats))

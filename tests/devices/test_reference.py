@@ -264,3 +264,29 @@ def test_docstring_examples_stay_true():
 
     result = doctest.testmod(mod)
     assert result.failed == 0 and result.attempted >= 8
+
+
+def _probes(*rows):
+    return [{"timestamp": t, "phase": ph, "latency_ms": ms} for t, ph, ms in rows]
+
+
+def test_disturbed_windows_span_the_neighbouring_probes_of_each_slow_one_per_build():
+    from nnmeter.devices.reference import disturbed_windows
+
+    pts = _probes(("10:00", "start", 0.50), ("10:02", "profile", 0.60),
+                  ("10:04", "profile", 0.56), ("10:06", "profile", 0.50),
+                  ("10:08", "profile", 0.52),  # 4 %: within the limit
+                  ("10:09", "calibrate", 0.90),  # not a profiling probe: no rows around it
+                  # a second build that ran slower all through: nothing to tell apart
+                  ("11:00", "start", 0.70), ("11:02", "profile", 0.71),
+                  ("11:04", "profile", 0.70))
+    spans = disturbed_windows(pts)
+    assert [(a, b) for a, b, _ in spans] == [("10:00", "10:06")]  # two slow probes merged
+    assert spans[0][2] == pytest.approx(1.2)
+    # a lower limit also catches 10:08 (merged, touching) and the second build's 1.4 %
+    assert [(a, b) for a, b, _ in disturbed_windows(pts, limit=0.01)] == [
+        ("10:00", "10:09"), ("11:00", "11:04")]
+    assert disturbed_windows([]) == []
+    # a slow first probe: its span starts at itself
+    assert disturbed_windows(_probes(("a", "start", 0.7), ("b", "profile", 0.5)))[0][:2] == \
+        ("a", "b")
