@@ -293,8 +293,9 @@ def remeasure_disturbed(dataset: KernelDataset, *, profiler: Any, deadline: floa
         finally:
             if bar is not None:
                 bar.close()
-    left = len(disturbed_rows(dataset, kernels=kernels)) if todo else 0
-    return {"pending": len(todo), "measured": done, "left": left}
+    # a row measured now counts as quiet until a later probe says otherwise; the build
+    # that called this checks its own probes at its end
+    return {"pending": len(todo), "measured": done, "left": len(todo) - done}
 
 
 def _accept(kernel_type: str, max_params: float | None = None) -> Callable[[dict[str, Any]], bool]:
@@ -830,6 +831,12 @@ class _TypeMeasurer:
         return got
 
 
+def _measurement_protocol(settings: BuildSettings) -> dict[str, Any]:
+    """The measurement protocol of a build's kernel rows: the settings' overrides, or
+    :data:`DEFAULT_PROTOCOL`."""
+    return dict(DEFAULT_PROTOCOL if settings.protocol is None else settings.protocol)
+
+
 def sample_kernel_type(kernel_type: str, *, prior: KernelPrior, settings: BuildSettings,
                        profiler: Any, dataset: KernelDataset, deadline: float,
                        t_start: float, max_params: float | None = None,
@@ -861,7 +868,7 @@ def sample_kernel_type(kernel_type: str, *, prior: KernelPrior, settings: BuildS
     accept = _accept(kernel_type, max_params)
     measure = _TypeMeasurer(
         kernel_type, profiler=profiler, dataset=dataset,
-        protocol=dict(DEFAULT_PROTOCOL if settings.protocol is None else settings.protocol),
+        protocol=_measurement_protocol(settings),
         on_measured=on_measured,
         left=settings.max_samples_per_type if settings.max_samples_per_type is not None
         else 10**9)
@@ -1190,11 +1197,9 @@ def build_predictor(
                 result.remeasured = remeasure_disturbed(
                     ds, profiler=profiler, deadline=profile_deadline,
                     kernels=None if settings.kernels is None else list(plan.weights),
-                    progress=progress,
-                    protocol=dict(DEFAULT_PROTOCOL if settings.protocol is None
-                                  else settings.protocol))
-                result.measurements += result.remeasured.get("measured", 0)
-                if result.remeasured.get("pending") or result.remeasured.get("measured"):
+                    progress=progress, protocol=_measurement_protocol(settings))
+                result.measurements += result.remeasured["measured"]
+                if result.remeasured["pending"]:
                     result.phases["remeasure"] = (time.monotonic() - t_phase) / 60
             profile_kernel_types(plan, result, settings=settings, profiler=profiler, dataset=ds,
                                  t_start=t_start, deadline=profile_deadline,
