@@ -82,7 +82,7 @@ RUNTIME_FACTS: dict[str, dict[str, Any]] = {
     # (``Raster`` nodes: 0.08 ms around a 0.18 ms 1x1 convolution of 64x64x16 -> 112)
     # (its rows' own profiles do not help there: mnn-cpu's development set, same
     # device, ±10 % 75.0 -> 75.0 %, ±5 % 53.8 -> 46.2 %, MAPE 7.6 -> 8.1 %)
-    "mnn": {"edge_conversions": True},
+    "mnn": {"edge_conversions": True, "winograd_weights": True},
 }
 
 
@@ -118,6 +118,7 @@ class DeviceFacts:
     edge_conversions: bool = False
     row_edges: bool = False
     row_context: bool = False
+    winograd_weights: bool = False
 
 
 def _vector_floats(isa: Any) -> int:
@@ -168,7 +169,8 @@ def device_facts(device: Mapping[str, Any] | None) -> DeviceFacts:
                        merged_types=frozenset(runtime.get("merged", ())),
                        edge_conversions=bool(runtime.get("edge_conversions", False)),
                        row_edges=bool(runtime.get("row_edges", False)),
-                       row_context=bool(runtime.get("row_context", False)))
+                       row_context=bool(runtime.get("row_context", False)),
+                       winograd_weights=bool(runtime.get("winograd_weights", False)))
 
 
 #: ISA flags of ``/proc/cpuinfo`` that kernels dispatch on (x86 and ARM)

@@ -34,6 +34,21 @@ the models left out one by one clearly better (:data:`FORM_TOLERANCE`), a fixed 
 kernel of each group joins the cost per megabyte (:func:`per_kernel_columns`); the fit
 floors every kernel at half its time, as the prediction does (:class:`KernelTable`).
 
+A runtime that keeps a convolution's weights transformed moves those bytes, not the
+weights' own: MNN's Winograd convolutions hold ``(alpha / k)^2`` times their weights
+(7.1x for a 3x3 kernel in 8x8 tiles; :mod:`nnmeter.predictors.winograd`), and a 10x10
+64 -> 64 3x3 layer ran 3.2x its time alone once a chain of them overflowed the cache
+while a 1x1 layer of as many weight bytes did not slow down
+(``experiments/winograd_check.py``, epyc-zen4-avx512-2c). On such a runtime (``winograd_weights`` in
+:data:`~nnmeter.predictors.facts.RUNTIME_FACTS`) the term charges a convolution its
+transformed bytes. Decided on the development sets (mnn-cpu on epyc-zen4-avx512-2c,
+seeds 1000 / 2000 / 4000: within ±10 % 84.6 / 86.5 / 79.5 -> 84.6 / 84.6 / 83.3 %,
+MAPE 5.7 / 7.6 / 6.4 -> 5.1 / 7.3 / 5.8 %, leave-one-out rms log error of the
+calibration models 0.0695 -> 0.0676; its 17.5-minute build 78.8 / 80.8 / 80.8 ->
+82.7 / 78.8 / 80.8 %, MAPE 6.6 / 7.9 / 6.8 -> 5.8 / 7.5 / 6.5 %; on
+xeon-f6m167-amx-2c seeds 1000 / 2000: 68.3 / 75.0 -> 72.1 / 78.8 %, MAPE 7.9 / 7.4 ->
+7.3 / 6.5 %).
+
 The same models first fit the share of a matrix product's weight fetch that shows
 inside a model (:func:`~nnmeter.predictors.terms.in_model.fit_gemm_fetch`), and the
 pull towards 0 is chosen by leaving one model out (:func:`choose_ridge`), so that a

@@ -14,7 +14,7 @@ from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import Composition, FitContext, ModelView, Term
 from nnmeter.predictors.facts import DeviceFacts
 
-__all__ = ["InModelTerm", "fit_in_model", "fit_gemm_fetch", "charged_mb", "GEMM_FETCH_GRID",
+__all__ = ["InModelTerm", "fit_in_model", "kernel_mb", "fit_gemm_fetch", "charged_mb", "GEMM_FETCH_GRID",
            "MIN_GEMM_MODELS", "MAX_RATIO", "within_reach"]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ class InModelTerm(Term):
     #: more inside a model (AlexNet's and VGG's 100-MB classifier layers)
     llc_bytes: float = 0.0
     ms_per_kernel: tuple[tuple[str, float], ...] = ()
+    #: the runtime keeps a Winograd convolution's weights transformed (MNN): such a
+    #: kernel moves those bytes, not its weights' own (:func:`kernel_mb`)
+    winograd: bool = False
+    #: the threads the runtime runs on (MNN's Winograd tile depends on them)
+    threads: int = 1
 
     name: ClassVar[str] = "in_model"
     label: ClassVar[str] = "kernels inside the model (fitted on measured models)"
@@ -119,8 +124,7 @@ class InModelTerm(Term):
             group = kernel_group(kernel)
             b = self._groups.get(group, 0.0)  # type: ignore[attr-defined]
             a = self._per_kernel.get(group, 0.0)  # type: ignore[attr-defined]
-            mb = charged_mb(kernel.kernel_type.cost(kernel.config).memory_bytes,
-                            self.llc_bytes) if b else 0.0
+            mb = kernel_mb(kernel, self.llc_bytes, self.winograd, self.threads) if b else 0.0
             hit = by[key] = (kernel.config, bool(b or a), b * mb + a)
         return hit[1], hit[2]
 
@@ -154,6 +158,36 @@ def charged_mb(memory_bytes: float, llc_bytes: float) -> float:
     if llc_bytes and memory_bytes > llc_bytes:
         return 0.0
     return memory_bytes / 1e6
+
+
+def kernel_mb(kernel: Any, llc_bytes: float, winograd: bool = False, threads: int = 1) -> float:
+    """:func:`charged_mb` of a partitioned kernel: what it moves
+    (``KernelCost.memory_bytes``), its weights counted as the runtime keeps them:
+    transformed into Winograd tiles where ``winograd``
+    (:func:`nnmeter.predictors.winograd.kernel_weight_bytes`, on ``threads``)."""
+    moved = float(kernel.kernel_type.cost(kernel.config).memory_bytes)
+    if winograd and group_is_conv(kernel):
+        from nnmeter.predictors.winograd import kernel_weight_bytes
+
+        w = kernel_weight_bytes(kernel.config, threads=threads)
+        if w is not None:
+            moved += w[1] - w[0]
+    return charged_mb(moved, llc_bytes)
+
+
+def _threads(device: Any) -> int:
+    """The thread count of a device record's settings (1 where it names none)."""
+    try:
+        return max(1, int(((device or {}).get("settings") or {}).get("threads", 1)))
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
+def group_is_conv(kernel: Any) -> bool:
+    """Whether a partitioned kernel is a dense convolution (family ``conv``)."""
+    from nnmeter.predictors.kernel_data import family_of
+
+    return family_of(kernel.type) == "conv"
 
 
 def fit_in_model(pred: Any, dataset: Any) -> Any:
@@ -195,7 +229,10 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
     pred = fit_gemm_fetch(pred, rows)
     from nnmeter.predictors.facts import device_facts
 
-    llc = float(device_facts(pred.device).llc_bytes or 0)
+    facts = device_facts(pred.device)
+    llc = float(facts.llc_bytes or 0)
+    wino = bool(facts.winograd_weights)
+    threads = _threads(pred.device)
     g = len(GROUPS)
     X, kernel_ms, model = [], [], []
     base = np.zeros(len(rows))
@@ -209,7 +246,7 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
                 continue  # a kernel run inside another: the term leaves it at 0
             x = np.zeros(2 * g)
             j = GROUPS.index(kernel_group(k))
-            x[j] = charged_mb(k.kernel_type.cost(k.config).memory_bytes, llc)
+            x[j] = kernel_mb(k, llc, wino, threads)
             x[g + j] = 1.0
             X.append(x)
             kernel_ms.append(row.predicted_ms)
@@ -241,7 +278,7 @@ def fit_in_model(pred: Any, dataset: Any) -> Any:
                 f", ms per kernel {dict(zip(GROUPS, np.round(coef_k, 4)))}" if use_k else "",
                 len(rows), ridge, 100 * before_err, 100 * after_err)
     term = InModelTerm(tuple(zip(GROUPS, coef)), len(rows), llc,
-                       tuple(zip(GROUPS, coef_k)))
+                       tuple(zip(GROUPS, coef_k)), winograd=wino, threads=threads)
     pred.composition = Composition(tuple(pred.composition.terms) + (term,))
     pred.meta["in_model"] = {"ms_per_mb": dict(zip(GROUPS, coef)), "models": len(rows),
                              "ms_per_kernel": dict(zip(GROUPS, coef_k)),
