@@ -19,7 +19,8 @@ of the accuracy curve) and writes, under ``experiments/results/benchmark/<device
   sampler's cross-validated accuracy per kernel type, per round, of the device's full
   build;
 - ``README.md``: every table and figure of the device, with the device's name, the
-  date and the commands.
+  date and the commands, assembled from each backend's ``<backend>_section.md`` (a run
+  for some backends rewrites theirs and keeps the others').
 
 Usage::
 
@@ -192,6 +193,26 @@ def sampling_figure(backend: str, device: str, out: Path) -> bool:
     return True
 
 
+def section_file(out: Path, backend: str) -> Path:
+    """A backend's part of the device README (``<backend>_section.md``), which the README
+    is assembled from, so a run for some backends keeps the others' tables."""
+    return out / f"{backend}_section.md"
+
+
+def write_readme(out: Path, backends: Any, header: list[str]) -> Path:
+    """``out/README.md``: ``header`` and the section of every backend of ``backends`` (the
+    protocol's, in its order) whose tables were ever written, not only this run's (a run
+    for one backend used to leave the README with that backend alone)."""
+    md = list(header)
+    for backend in backends:
+        f = section_file(out, backend)
+        if f.exists():
+            md += [*f.read_text().rstrip("\n").split("\n"), ""]
+    path = out / "README.md"
+    path.write_text("\n".join(md).rstrip("\n") + "\n")
+    return path
+
+
 def _zoo_markdown(z: dict[str, Any]) -> list[str]:
     head = ("| family | n | ±5 % | ±10 % | MAPE % | RMSE ms | FLOPs ±10 % | FLOPs+MAC ±10 % "
             "| graph MLP ±10 % | GCN ±10 % | BRP-NAS ±10 % | repeatability ±10 % |")
@@ -241,9 +262,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     md = [f"# Benchmark tables: {device}", "",
-          f"Written {time.strftime('%Y-%m-%d %H:%M')} by `python experiments/benchmark.py "
-          f"--device {device}` from stored measurements (protocol: "
-          f"`experiments/protocol.json`). Every figure below was measured on {device} only.",
+          f"Assembled {time.strftime('%Y-%m-%d %H:%M')} from each backend's last run of "
+          f"`python experiments/benchmark.py --device {device}` (each section says when and "
+          f"how) from stored measurements (protocol: `experiments/protocol.json`). Every "
+          f"figure below was measured on {device} only.",
           ""]
     order = ("zoo", "gcn_check", "curve", "sampling")
     checks = {b: start_gcn_check(b, device, entries[b], out / f"{b}_gcn_check")
@@ -285,11 +307,14 @@ def main() -> int:
         elif sampling_figure(backend, device, stem.with_suffix(".png")):
             sections[backend, step] = [f"![adaptive sampling per kernel type]({stem.name}.png)",
                                        ""]
+    minutes = (time.time() - t_start) / 60
     for backend in backends:
-        for step in order:
-            md += sections.get((backend, step), [])
-    md.append(f"Total time: {(time.time() - t_start) / 60:.1f} min.")
-    (out / "README.md").write_text("\n".join(md) + "\n")
+        part = [s for step in order for s in sections.get((backend, step), [])]
+        part.append(f"_{backend}'s tables written {time.strftime('%Y-%m-%d %H:%M')} by "
+                    f"`python experiments/benchmark.py --device {device} --backends "
+                    f"{backend}` (this run: {', '.join(backends)}, {minutes:.1f} min)._")
+        section_file(out, backend).write_text("\n".join(part) + "\n")
+    write_readme(out, entries, md)
     print(f"\nwrote {out}/README.md ({(time.time() - t_start) / 60:.1f} min)")
     return 0
 

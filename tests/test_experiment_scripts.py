@@ -157,6 +157,24 @@ def test_benchmark_names_the_devices_and_backends_its_protocol_has():
     assert all(b in out.stderr for b in protocol[device])
 
 
+def test_benchmark_readme_keeps_the_backends_another_run_wrote(tmp_path):
+    """The device README is assembled from every backend's section, in the protocol's
+    order, so a run for one backend does not drop the others' tables."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import benchmark as bm
+
+    bm.section_file(tmp_path, "mnn-cpu").write_text("## mnn-cpu\n\ntable m\n")
+    bm.section_file(tmp_path, "ort-cpu").write_text("## ort-cpu\n\ntable o\n")
+    text = bm.write_readme(tmp_path, ["ort-cpu", "litert-cpu", "mnn-cpu"],
+                           ["# Benchmark tables: dev", ""]).read_text()
+    assert text.index("## ort-cpu") < text.index("## mnn-cpu")
+    assert "litert-cpu" not in text and text.startswith("# Benchmark tables: dev")
+    # a later run for mnn-cpu alone rewrites its section and keeps ort-cpu's
+    bm.section_file(tmp_path, "mnn-cpu").write_text("## mnn-cpu\n\ntable m2\n")
+    text = bm.write_readme(tmp_path, ["ort-cpu", "litert-cpu", "mnn-cpu"], ["# h"]).read_text()
+    assert "table o" in text and "table m2" in text and "table m\n" not in text
+
+
 def test_speed_effect_splits_pairs_by_how_far_the_set_ran_from_its_build(tmp_path):
     """speed_effect.py: pairs whose set ran more than 5 % away from their build's speed
     are summarised apart, with their error as predicted and at the set's speed; an

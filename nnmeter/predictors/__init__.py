@@ -54,7 +54,7 @@ __all__ = ["load_predictor", "predict", "select_backend", "available_predictors"
 logger = logging.getLogger(__name__)
 
 #: bump when training changes in a way the cache key cannot see
-CACHE_VERSION = 29
+CACHE_VERSION = 30
 
 
 def cache_dir() -> Path:

@@ -40,14 +40,20 @@ weights' own: MNN's Winograd convolutions hold ``(alpha / k)^2`` times their wei
 64 -> 64 3x3 layer ran 3.2x its time alone once a chain of them overflowed the cache
 while a 1x1 layer of as many weight bytes did not slow down
 (``experiments/winograd_check.py``, epyc-zen4-avx512-2c). On such a runtime (``winograd_weights`` in
-:data:`~nnmeter.predictors.facts.RUNTIME_FACTS`) the term charges a convolution its
-transformed bytes. Decided on the development sets (mnn-cpu on epyc-zen4-avx512-2c,
-seeds 1000 / 2000 / 4000: within ±10 % 84.6 / 86.5 / 79.5 -> 84.6 / 84.6 / 83.3 %,
-MAPE 5.7 / 7.6 / 6.4 -> 5.1 / 7.3 / 5.8 %, leave-one-out rms log error of the
-calibration models 0.0695 -> 0.0676; its 17.5-minute build 78.8 / 80.8 / 80.8 ->
-82.7 / 78.8 / 80.8 %, MAPE 6.6 / 7.9 / 6.8 -> 5.8 / 7.5 / 6.5 %; on
-xeon-f6m167-amx-2c seeds 1000 / 2000: 68.3 / 75.0 -> 72.1 / 78.8 %, MAPE 7.9 / 7.4 ->
-7.3 / 6.5 %).
+:data:`~nnmeter.predictors.facts.RUNTIME_FACTS`) the fit tries both: a convolution
+charged its own bytes, and its transformed ones; it keeps the transformed bytes only
+where they predict the calibration models left out one by one better by more than
+:data:`FORM_TOLERANCE` (as the per-kernel form below). The tiles cost only where a
+model's tiles overflow the cache, which a per-megabyte charge cannot say: charged
+everywhere, they put NAS-Bench-201 cells, whose tiles stay in the cache, further over
+their time. mnn-cpu, leave-one-out rms log error own -> transformed bytes, and the
+development sets (within ±10 %, then MAPE) each form gives:
+
+- epyc-zen4-avx512-2c: 0.0695 -> 0.0676 (2.7 %: own bytes kept); seeds 1000 / 2000 /
+  4000 84.6 / 86.5 / 79.5 % against 84.6 / 84.6 / 83.3 %, MAPE 5.7 / 7.6 / 6.4
+  against 5.1 / 7.3 / 5.8 %; its 17.5-minute build 0.0723 -> 0.0715 (kept own);
+- xeon-f6m167-amx-2c: 0.1154 -> 0.1082 (6.2 %: transformed bytes); seeds 1000 / 2000
+  68.3 / 75.0 -> 72.1 / 78.8 %, MAPE 7.9 / 7.4 -> 7.3 / 6.5 %.
 
 The same models first fit the share of a matrix product's weight fetch that shows
 inside a model (:func:`~nnmeter.predictors.terms.in_model.fit_gemm_fetch`), and the

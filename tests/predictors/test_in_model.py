@@ -513,3 +513,53 @@ def test_an_unknown_op_is_charged_by_the_bytes_its_node_recorded(world):
     unknown = [r for r in after.rows if "elu" in r.nodes][0]
     was = [r for r in before.rows if "elu" in r.nodes][0]
     assert unknown.predicted_ms == pytest.approx(was.predicted_ms + 0.05 * cfg.memory_bytes / 1e6)
+
+
+
+
+
+
+@pytest.mark.parametrize("charged", ["transformed", "pointwise"])
+def test_winograd_weights_are_charged_only_where_the_models_show_them(world, monkeypatch,
+                                                                     charged):
+    """On a runtime that keeps Winograd tiles, the fit charges a convolution its
+    transformed bytes only where that predicts the calibration models left out clearly
+    better than its own bytes do: a device whose models pay for the tiles gets them, one
+    whose models pay only for pointwise layers (where the two forms are the same) does
+    not."""
+    from nnmeter.predictors import facts
+    from nnmeter.predictors.terms.in_model import kernel_mb
+
+    monkeypatch.setitem(facts.RUNTIME_FACTS, "onnxruntime",
+                        {**facts.RUNTIME_FACTS["onnxruntime"], "winograd_weights": True})
+    d = kernel_dataset_dir("ort-cpu@fake", world)
+    ds = KernelDataset(d, "ort-cpu")
+    plain = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+    names = [m.name for m in calibration_models(variants=4)
+             if m.family in ("nasbench201", "resnet", "squeezenet", "googlenet")]
+    graphs = [get_variant(n).build() for n in names]
+    truth = []
+    for g in graphs:
+        mb = sum(kernel_mb(k, 0.0, True) for k in plain.kernels(g)
+                 if kernel_group(k) == ("conv" if charged == "transformed" else "pointwise"))
+        truth.append(plain.predict(g, check_device=False).total_ms + 0.05 * mb)
+    rec = {"backend_id": "ort-cpu", "fingerprint_id": ds.fingerprint_id,
+           "points": [{"variant": n, "latency_ms": ms} for n, ms in zip(names, truth)]}
+    (d / IN_MODEL_FILE).write_text(json.dumps(rec))
+    try:
+        fitted = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
+        meta = fitted.meta["in_model"]
+        assert meta["winograd"] is (charged == "transformed"), meta
+        assert fitted.composition.get("in_model").winograd is meta["winograd"]
+        assert meta["winograd_loo_rms_log"] is not None
+        if charged == "transformed":
+            assert meta["winograd_loo_rms_log"] == meta["loo_rms_log"]
+    finally:
+        (d / IN_MODEL_FILE).unlink()
+        clear_memo()
+
+
+def test_a_runtime_without_winograd_tiles_fits_one_form():
+    from nnmeter.predictors.facts import device_facts
+
+    assert not device_facts({"runtime": "onnxruntime", "isa": ["avx2"]}).winograd_weights
