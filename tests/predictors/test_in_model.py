@@ -395,15 +395,21 @@ def test_a_per_kernel_cost_is_recovered_beside_the_per_mb_one():
     assert with_k[1e-6] < 0.1 * mb_only[1e-6]
 
 
-def test_a_predictor_takes_the_per_kernel_form_only_where_models_show_it(world):
-    """A device that pays a fixed cost per kernel inside a model gets ``ms_per_kernel``;
-    one whose models take what their kernels say keeps the per-megabyte form alone."""
+def _calibration_world(world, families, variants):
+    """(dataset dir, dataset, predictor without the term, calibration model names and
+    graphs of ``families``) of the fake world."""
     d = kernel_dataset_dir("ort-cpu@fake", world)
     ds = KernelDataset(d, "ort-cpu")
     plain = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
-    names = [m.name for m in calibration_models(variants=6)
-             if m.family in ("nasbench201", "resnet", "squeezenet", "mobilenetv2")]
-    graphs = [get_variant(n).build() for n in names]
+    names = [m.name for m in calibration_models(variants=variants) if m.family in families]
+    return d, ds, plain, names, [get_variant(n).build() for n in names]
+
+
+def test_a_predictor_takes_the_per_kernel_form_only_where_models_show_it(world):
+    """A device that pays a fixed cost per kernel inside a model gets ``ms_per_kernel``;
+    one whose models take what their kernels say keeps the per-megabyte form alone."""
+    d, ds, plain, names, graphs = _calibration_world(
+        world, ("nasbench201", "resnet", "squeezenet", "mobilenetv2"), 6)
 
     def record(extra):
         truth = [plain.predict(g, check_device=False).total_ms + extra(plain.kernels(g))
@@ -532,12 +538,8 @@ def test_winograd_weights_are_charged_only_where_the_models_show_them(world, mon
 
     monkeypatch.setitem(facts.RUNTIME_FACTS, "onnxruntime",
                         {**facts.RUNTIME_FACTS["onnxruntime"], "winograd_weights": True})
-    d = kernel_dataset_dir("ort-cpu@fake", world)
-    ds = KernelDataset(d, "ort-cpu")
-    plain = load_predictor("ort-cpu", dataset="ort-cpu@fake", root=world, use_cache=False)
-    names = [m.name for m in calibration_models(variants=4)
-             if m.family in ("nasbench201", "resnet", "squeezenet", "googlenet")]
-    graphs = [get_variant(n).build() for n in names]
+    d, ds, plain, names, graphs = _calibration_world(
+        world, ("nasbench201", "resnet", "squeezenet", "googlenet"), 4)
     truth = []
     for g in graphs:
         mb = sum(kernel_mb(k, 0.0, True) for k in plain.kernels(g)

@@ -14,8 +14,8 @@ from nnmeter.errors import BackendError, DatasetError, MeasurementError
 from nnmeter.predictors.composition import Composition, FitContext, ModelView, Term
 from nnmeter.predictors.facts import DeviceFacts
 
-__all__ = ["InModelTerm", "fit_in_model", "kernel_mb", "fit_gemm_fetch", "charged_mb", "GEMM_FETCH_GRID",
-           "MIN_GEMM_MODELS", "MAX_RATIO", "within_reach"]
+__all__ = ["InModelTerm", "fit_in_model", "kernel_mb", "fit_gemm_fetch", "charged_mb",
+           "GEMM_FETCH_GRID", "MIN_GEMM_MODELS", "MAX_RATIO", "within_reach"]
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def kernel_mb(kernel: Any, llc_bytes: float, winograd: bool = False, threads: in
     transformed into Winograd tiles where ``winograd``
     (:func:`nnmeter.predictors.winograd.kernel_weight_bytes`, on ``threads``)."""
     moved = float(kernel.kernel_type.cost(kernel.config).memory_bytes)
-    if winograd and group_is_conv(kernel):
+    if winograd and _dense_conv(kernel):
         from nnmeter.predictors.winograd import kernel_weight_bytes
 
         w = kernel_weight_bytes(kernel.config, threads=threads)
@@ -183,8 +183,10 @@ def _threads(device: Any) -> int:
         return 1
 
 
-def group_is_conv(kernel: Any) -> bool:
-    """Whether a partitioned kernel is a dense convolution (family ``conv``)."""
+def _dense_conv(kernel: Any) -> bool:
+    """Whether a partitioned kernel is a dense convolution (family ``conv``; whether
+    the runtime runs it by Winograd is :func:`~nnmeter.predictors.winograd.winograd_tile`'s
+    to say)."""
     from nnmeter.predictors.kernel_data import family_of
 
     return family_of(kernel.type) == "conv"
