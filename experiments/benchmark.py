@@ -310,9 +310,13 @@ def main() -> int:
     minutes = (time.time() - t_start) / 60
     for backend in backends:
         part = [s for step in order for s in sections.get((backend, step), [])]
-        part.append(f"_{backend}'s tables written {time.strftime('%Y-%m-%d %H:%M')} by "
-                    f"`python experiments/benchmark.py --device {device} --backends "
-                    f"{backend}` (this run: {', '.join(backends)}, {minutes:.1f} min)._")
+        # the machine that ran the trainings: the Xeon's tables, rewritten on the Zen 4
+        # from the same stored data, kept every column but BRP-NAS's (torch), which moved
+        # by 2-5 points, so another CPU likely trains it to other weights
+        part.append(f"_{backend}'s tables written {time.strftime('%Y-%m-%d %H:%M')} on "
+                    f"{local_cpu().short_name()} by `python experiments/benchmark.py --device "
+                    f"{device} --backends {backend}` (this run: {', '.join(backends)}, "
+                    f"{minutes:.1f} min)._")
         section_file(out, backend).write_text("\n".join(part) + "\n")
     write_readme(out, entries, md)
     print(f"\nwrote {out}/README.md ({(time.time() - t_start) / 60:.1f} min)")
