@@ -246,10 +246,10 @@ def disturbed_rows(dataset: KernelDataset, *, kernels: Sequence[str] | None = No
                 continue
             r = ratio_at(ts) if isinstance(ts, str) else None
             key = config_key(cfg)
-            if key in worst and worst[key][0] is None:
+            before = worst.get(key, (0.0, cfg))[0]
+            if before is None:
                 continue  # already has a row measured at a quiet moment
-            worst[key] = (r, cfg) if r is None or key not in worst else (
-                max(r, worst[key][0]), cfg)
+            worst[key] = (None if r is None else max(r, before), cfg)
         out.extend((r, t, cfg) for r, cfg in worst.values() if r is not None)
     out.sort(key=lambda x: -x[0])
     return out

@@ -82,19 +82,23 @@ def kernel_weight_bytes(config: Any, *, threads: int = 1) -> tuple[float, float]
     """(the weights' own bytes, their bytes after the Winograd transform) of a
     convolution kernel's config (``nnmeter.kernels.conv.ConvConfig``: ``h``, ``w``,
     ``cin``, ``cout``, ``kernel``, ``stride``...), None where it is not a Winograd
-    convolution. 'same' padding keeps ``h x w`` at stride 1; explicit ``pads`` give
-    ``h + top + bottom - k + 1``; ``threads``: those the runtime runs on."""
+    convolution (its output size as :func:`nnmeter.kernels.base.conv_output_hw` gives
+    it); ``threads``: those the runtime runs on."""
     try:
         h, w, cin, cout, k = (int(config.h), int(config.w), int(config.cin),
                               int(config.cout), int(config.kernel))
     except (AttributeError, TypeError, ValueError):
         return None
+    from nnmeter.kernels.base import conv_output_hw
+
     stride = int(getattr(config, "stride", 1) or 1)
     groups = int(getattr(config, "groups", 1) or 1)
     kw = getattr(config, "kernel_w", None)
-    pads = getattr(config, "pads", None)
-    oh, ow = (h, w) if pads is None else (h + pads[0] + pads[2] - k + 1,
-                                          w + pads[1] + pads[3] - k + 1)
+    out = conv_output_hw(h, w, (k, k if kw is None else int(kw)), stride,
+                         getattr(config, "pads", None))
+    if out is None:
+        return None
+    oh, ow = out
     expanded = winograd_weight_bytes(oh, ow, cin, cout, k, stride=stride, groups=groups,
                                      kernel_w=kw, threads=threads)
     return None if expanded is None else (float(cin * cout * k * k * 4), expanded)
