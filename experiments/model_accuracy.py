@@ -131,6 +131,9 @@ def measure(args: argparse.Namespace) -> None:
                            "ok": m.ok, "error": m.error, "flops": c.flops,
                            "memory_bytes": c.memory_bytes,
                            "fingerprint_id": m.device.fingerprint_id if m.device else None,
+                           # how slow the host's memory ran around the job (1.0: as fast
+                           # as this device has been seen; nnmeter.backends.protocol)
+                           "memory_ratio": m.extra.get("memory_ratio") if m.ok else None,
                            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
                     fh.write(json.dumps(row) + "\n")
                     fh.flush()

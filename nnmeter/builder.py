@@ -167,6 +167,7 @@ def _measurement_row(kernel_type: str, config: dict[str, Any], m: Any, origin: s
         "std_ms": m.std_ms if m.ok else None, "spread": m.spread if m.ok else None,
         "runs": m.runs, "rounds": m.rounds, "ok": bool(m.ok), "error": m.error,
         "fingerprint_id": m.device.fingerprint_id if m.device else None,
+        "memory_ratio": (m.extra or {}).get("memory_ratio") if m.ok else None,
         "origin": origin, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 

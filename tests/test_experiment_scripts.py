@@ -359,3 +359,28 @@ def test_in_model_size_scores_the_spread_apart_from_the_level(capsys):
         ims.main(["--backend", "ort-cpu", "--device", "xeon-f6m167-amx-2c",
                   "--datasets", "ort-cpu@no-such-dataset"])
     assert "no dataset 'ort-cpu@no-such-dataset'" in capsys.readouterr().err
+
+
+def test_memory_contention_refuses_negative_lengths():
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "memory_contention.py"),
+                          "--minutes", "-1", "--out", "/tmp/never"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "--minutes and --set must be >= 0" in out.stderr
+
+
+@pytest.mark.integration
+def test_memory_contention_writes_its_rows_and_report(tmp_path):
+    stem = tmp_path / "mc"
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "memory_contention.py"),
+                          "--minutes", "0.05", "--set", "1", "--max-gflops", "0.5",
+                          "--out", str(stem)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(x) for x in (tmp_path / "mc.jsonl").read_text().splitlines()]
+    ab = [r for r in rows if r["part"] == "ab"]
+    # one variant, two passes, the gate off and on
+    assert len(ab) == 4 and {r["memory_gate"] for r in ab} == {False, True}
+    assert all(r["ok"] and r["latency_ms"] > 0 for r in ab)
+    assert any(r["part"] == "timeline" and r["worker_probe_ratio"] >= 1.0 for r in rows)
+    report = (tmp_path / "mc.txt").read_text()
+    assert "memory gate off: 1 models" in report and "memory gate on : 1 models" in report

@@ -248,6 +248,13 @@ def _json_num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
+#: a measurement whose memory probe ran this many times its fastest (before or after the
+#: job) says so in its warnings. On one 2-vCPU cloud host over four busy minutes the
+#: probe ran at a median 1.29x its fastest and a MobileNetV2 at 1.10x its fastest
+#: (``experiments/memory_contention.py``); the warning names the slower half of that.
+MEMORY_WARN = 1.25
+
+
 @dataclass(frozen=True)
 class Measurement:
     """The outcome of measuring one model on one backend.
@@ -285,8 +292,8 @@ class Measurement:
 
     def quality_warnings(self, *, spread_limit: float = 0.10) -> list[str]:
         """What makes this measurement doubtful, one sentence each: a spread between
-        rounds over ``spread_limit``, many preempted runs, no quiet round, a machine
-        that changed speed, a wait for (or a timeout on) the machine's timing lock."""
+        rounds over ``spread_limit``, many preempted runs, no quiet round (preempted, or
+        timed while the memory probe ran slow), a machine that changed speed, a wait for (or a timeout on) the machine's timing lock."""
         if not self.ok:
             return []
         ex, out = self.extra, []
@@ -298,8 +305,24 @@ class Measurement:
         if total and dirty / total > 0.2:
             out.append(f"{dirty} of {total} timed runs were preempted (another process "
                        f"shared the core)")
-        if ex.get("quiet") is False:
+        contended = ex.get("contended_rounds") or 0
+        if ex.get("memory_persistent"):
+            out.append(f"the host's memory was slow throughout (a memory-bound probe ran "
+                       f"{ex.get('memory_ratio_min', math.nan):.2f}x or more its fastest "
+                       f"on this device): another tenant is using the memory bandwidth and "
+                       f"cache, so this time is likely inflated; measure again later")
+        elif ex.get("quiet") is False and contended:
+            out.append(f"no quiet round: {contended} rounds ran while another tenant of "
+                       f"the host slowed its memory (a memory-bound probe up to "
+                       f"{ex.get('memory_ratio_max', math.nan):.2f}x its fastest), so all "
+                       f"were used")
+        elif ex.get("quiet") is False:
             out.append("no quiet round: every round was preempted, so all were used")
+        ratio = ex.get("memory_ratio")
+        if ratio is not None and ratio > MEMORY_WARN and not ex.get("memory_persistent"):
+            out.append(f"the host's memory ran slow around this job (a memory-bound probe "
+                       f"at {ratio:.2f}x its fastest on this device): another tenant was "
+                       f"using its memory bandwidth and cache, which can inflate this time")
         if ex.get("drift_flag"):
             out.append(f"the machine changed speed during the job (calibration moved "
                        f"{ex.get('drift', 0):.0%})")

@@ -101,7 +101,7 @@ def _measure(backend: Any, device: Any, job: Any) -> dict[str, Any]:
         return {"ok": False, "error": f"{backend.id} could not run {job.model}: "
                                       f"{type(err).__name__}: {err}", "error_kind": "run"}
     try:
-        res = run_protocol(prepared, job.protocol)
+        res = run_protocol(prepared, job.protocol, _memory_probe(device))
     finally:
         prepared.close()
     extra = {**res.extra, "stats": res.stats, "round_runs": res.round_runs,
@@ -115,6 +115,26 @@ def _measure(backend: Any, device: Any, job: Any) -> dict[str, Any]:
                     device=device, ok=True, error=None, extra=extra,
                     backend_id=backend.id, model=job.model)
     return {"ok": True, "measurement": m.as_dict()}
+
+
+_PROBE: list[Any] = []
+
+
+def _memory_probe(device: Any) -> Any:
+    """This worker's memory probe (:class:`nnmeter.backends.protocol.MemoryProbe`),
+    made once: its buffer is twice the device's largest cache, and the fastest sample
+    is kept per device under ``$XDG_CACHE_HOME/nnmeter/memory_probe/``."""
+    if not _PROBE:
+        from nnmeter.backends.protocol import MemoryProbe, probe_bytes
+
+        caches = getattr(device, "caches", None) or {}
+        name = str(getattr(device, "name", None) or "unknown").replace("/", "_")
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                ".cache")
+        nbytes = probe_bytes(caches)
+        _PROBE.append(MemoryProbe(nbytes, baseline=os.path.join(
+            base, "nnmeter", "memory_probe", f"{name}-{nbytes >> 20}MiB.json")))
+    return _PROBE[0]
 
 
 def _profile(backend: Any, job: Any) -> dict[str, Any]:

@@ -83,6 +83,10 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     print(f"\nrounds {m.rounds}, runs {m.runs}, spread {m.spread:.1%}, "
           f"settled {ex.get('settled')}, calibration {ex.get('calibration_ms', math.nan):.4g} ms"
           f" (drift {ex.get('drift', math.nan):.1%}), compile {ex.get('compile_ms', 0):.0f} ms")
+    if ex.get("memory_ratio") is not None:
+        print(f"memory probe {ex['memory_ratio']:.2f}x its fastest on this device "
+              f"({ex.get('memory_probe_best_ms', math.nan):.3g} ms; 1.00x: no other tenant "
+              f"using the memory)")
     d = m.device
     if d is not None:
         print(f"device {d.fingerprint_id}: {d.cpu_model}, {d.cores} cores, {d.runtime} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -118,3 +119,94 @@ def test_all_rounds_preempted_falls_back_and_flags(monkeypatch):
     r = run_protocol(Fake([2.0]), s)
     assert r.extra["quiet"] is False and r.extra["noisy_rounds"] == 4
     assert r.latency_ms == 2.0 and r.runs == 12
+
+
+def _scripted_timer(sample_ms):
+    """A ``perf_counter_ns`` stand-in: each pair of calls spans the next of ``sample_ms``."""
+    ticks = iter(t for ms in sample_ms for t in (0, int(ms * 1e6)))
+    return lambda: next(ticks)
+
+
+def test_memory_probe_keeps_its_fastest_sample_and_flags_slow_ones():
+    probe = protocol_mod.MemoryProbe(4096, timer=_scripted_timer([2.0, 1.0, 1.1, 1.5]))
+    assert probe.ratio(5.0) == 1.0  # nothing sampled yet: nothing to compare with
+    assert [probe.sample() for _ in range(4)] == [2.0, 1.0, 1.1, 1.5]
+    assert probe.best_ms == 1.0 and probe.ratio(1.5) == pytest.approx(1.5)
+    assert not probe.slow(1.1, 0.15) and probe.slow(1.5, 0.15) and probe.slow_streak == 1
+    assert not probe.slow(1.0, 0.15) and probe.slow_streak == 0
+
+
+def test_memory_probe_stops_setting_rounds_aside_when_slowness_persists():
+    probe = protocol_mod.MemoryProbe(4096, timer=_scripted_timer([1.0]))
+    probe.sample()
+    verdicts = [probe.slow(2.0, 0.15) for _ in range(protocol_mod.PERSISTENT_AFTER + 3)]
+    assert all(verdicts[:protocol_mod.PERSISTENT_AFTER])
+    assert not any(verdicts[protocol_mod.PERSISTENT_AFTER:])
+    assert not probe.slow(1.0, 0.15) and probe.slow(2.0, 0.15)  # a quiet sample resets it
+
+
+def test_memory_probe_baseline_is_shared_across_processes_by_file(tmp_path):
+    path = tmp_path / "cache" / "zen-64MiB.json"
+    first = protocol_mod.MemoryProbe(4096, baseline=path, timer=_scripted_timer([3.0, 2.0]))
+    first.sample(), first.sample()
+    assert json.loads(path.read_text())["best_ms"] == 2.0
+    later = protocol_mod.MemoryProbe(4096, baseline=path, timer=_scripted_timer([2.6]))
+    assert later.best_ms == 2.0 and later.ratio(later.sample()) == pytest.approx(1.3)
+    assert json.loads(path.read_text())["best_ms"] == 2.0  # a slower sample is not stored
+    # another buffer size, or a damaged record, starts from this process's own samples
+    assert protocol_mod.MemoryProbe(8192, baseline=path).best_ms == float("inf")
+    path.write_text("{not json")
+    assert protocol_mod.MemoryProbe(4096, baseline=path).best_ms == float("inf")
+
+
+class _Neighbour:
+    """A model and a memory probe that share one host: while the scripted probe sample
+    was slow, the model runs at 3 ms instead of 1 ms."""
+
+    def __init__(self, probe_ms):
+        self.slow = False
+        samples = iter(probe_ms)
+        me = self
+
+        class Probe(protocol_mod.MemoryProbe):
+            def sample(self):
+                ms = next(samples)
+                me.slow = ms > 1.2
+                self.best_ms = min(self.best_ms, ms)
+                return ms
+
+        self.probe = Probe(4096)
+        self.calls = 0
+
+    def time_once(self):
+        self.calls += 1
+        return 3.0 if self.slow else 1.0
+
+
+def test_rounds_timed_while_the_memory_probe_was_slow_are_set_aside():
+    # the first sample sets the fastest (1.0); then two slow samples, then quiet ones
+    host = _Neighbour([1.0, 2.0, 2.0] + [1.0] * 20)
+    s = ProtocolSettings(rounds=3, runs=4, contention_pause_ms=0, memory_gate=True, **FAST)
+    r = run_protocol(host, s, host.probe)
+    assert r.latency_ms == 1.0 and r.rounds == 3
+    assert r.extra["contended_rounds"] == 2 and r.extra["quiet"] is True
+    assert r.extra["memory_ratio_max"] == pytest.approx(2.0)
+    assert r.extra["memory_probe_best_ms"] == 1.0 and not r.extra["memory_persistent"]
+    assert r.median_ms == 1.0  # the 3-ms rounds are not among those reported
+    assert r.extra["memory_ratio"] == 1.0  # quiet before and after the job
+    # the same host with the probe switched off reports every round
+    host = _Neighbour([1.0, 2.0, 2.0] + [1.0] * 20)
+    off = run_protocol(host, ProtocolSettings(rounds=3, runs=4, memory_probe=False, **FAST),
+                       host.probe)
+    assert "contended_rounds" not in off.extra and "memory_ratio" not in off.extra
+    with pytest.raises(ValueError, match="memory_threshold"):
+        ProtocolSettings(memory_threshold=0)
+
+
+def test_by_default_the_memory_probe_is_recorded_around_the_job_not_used_as_a_gate():
+    # slow before the job (the model runs at 3 ms throughout), quiet after it
+    host = _Neighbour([3.0, 1.0])
+    r = run_protocol(host, ProtocolSettings(rounds=2, runs=3, **FAST), host.probe)
+    assert r.latency_ms == 3.0 and r.rounds == 2  # every round kept
+    assert r.extra["memory_probe_ms"] == [3.0, 1.0] and r.extra["memory_ratio"] == 3.0
+    assert "contended_rounds" not in r.extra

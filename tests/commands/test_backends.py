@@ -67,8 +67,11 @@ def test_measure_json_and_table(cbr, capsys):
     assert d["extra"]["total_runs"] >= 10
     assert d["rounds"] <= d["runs"] <= d["extra"]["total_runs"]
     assert d["device"]["fingerprint_id"]
+    # the memory probe is sampled around the job, against the fastest sample known
+    assert len(d["extra"]["memory_probe_ms"]) == 2 and d["extra"]["memory_ratio"] >= 1.0
     assert _run(["measure", str(cbr), "-b", "ort-cpu", "--rounds", "2", "--runs", "5"]) == 0
-    assert "spread" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "spread" in out and "memory probe" in out
 
 
 @pytest.mark.integration
