@@ -384,3 +384,35 @@ def test_memory_contention_writes_its_rows_and_report(tmp_path):
     assert any(r["part"] == "timeline" and r["worker_probe_ratio"] >= 1.0 for r in rows)
     report = (tmp_path / "mc.txt").read_text()
     assert "memory gate off: 1 models" in report and "memory gate on : 1 models" in report
+
+
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_block_context_cuts_a_model_into_its_named_blocks():
+    from nnmeter import zoo
+
+    blocks = _script("block_context").blocks_of(zoo.get_variant("resnet18").build())
+    # no stage of ResNet18 holds over a quarter of its nodes: cut at the first name
+    assert list(blocks) == ["conv1", "maxpool", "layer1", "layer2", "layer3", "layer4",
+                            "avgpool", "classifier"]
+    every = [n for nodes in blocks.values() for n in nodes]
+    assert len(every) == len(set(every))  # each node in one block
+    g = zoo.get_variant("mobilenetv3").build()
+    blocks = _script("block_context").blocks_of(g)
+    # MobileNetV3 keeps most nodes under "features": cut one level deeper
+    assert "features" not in blocks and any(k.startswith("features.") for k in blocks)
+    assert sum(map(len, blocks.values())) == len(g.topological_order()) - 1  # no input
+
+
+def test_block_context_refuses_an_unknown_model():
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "block_context.py"),
+                          "--backend", "ort-cpu", "--models", "nope-s1-i0"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "--models" in out.stderr and "nope-s1-i0" in out.stderr

@@ -104,7 +104,8 @@ def read_reference(directory: str | os.PathLike[str], *, tag: str | None = None
 
 def summarize(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """``probes``, ``median_ms``, ``min_ms``, ``max_ms`` and ``drift`` of a record's
-    probes, with the first and last timestamps; None for no probe.
+    probes, with the first and last timestamps (and ``memory_ratio_median`` where the
+    probes recorded the memory probe); None for no probe.
 
     ``drift`` is how much slower than the fastest probe the device ran for two probes in
     a row (less 1; with two probes, the slower over the faster). Interference only adds
@@ -115,9 +116,13 @@ def summarize(points: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     if not ms:
         return None
     held = [min(a, b) for a, b in zip(ms, ms[1:])] if len(ms) > 2 else ms
-    return {"probes": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms),
-            "max_ms": max(ms), "drift": max(held) / min(ms) - 1.0,
-            "first": points[0].get("timestamp"), "last": points[-1].get("timestamp")}
+    out = {"probes": len(ms), "median_ms": statistics.median(ms), "min_ms": min(ms),
+           "max_ms": max(ms), "drift": max(held) / min(ms) - 1.0,
+           "first": points[0].get("timestamp"), "last": points[-1].get("timestamp")}
+    memory = [float(p["memory_ratio"]) for p in points if p.get("memory_ratio")]
+    if memory:  # probes made since the memory probe exists
+        out["memory_ratio_median"] = statistics.median(memory)
+    return out
 
 
 def describe(summary: dict[str, Any]) -> str:
@@ -125,9 +130,16 @@ def describe(summary: dict[str, Any]) -> str:
 
     >>> describe({"probes": 4, "min_ms": 0.52, "max_ms": 0.65, "drift": 0.141})
     'speed reference: 4 probes, 0.52-0.65 ms (drift 14.1 %)'
+    >>> describe({"probes": 2, "min_ms": 0.5, "max_ms": 0.5, "drift": 0.0,
+    ...           "memory_ratio_median": 1.31}).split("; ")[1]
+    "the host's memory at a median 1.31x its fastest"
     """
-    return (f"speed reference: {summary['probes']} probes, {summary['min_ms']:.3g}-"
+    line = (f"speed reference: {summary['probes']} probes, {summary['min_ms']:.3g}-"
             f"{summary['max_ms']:.3g} ms (drift {100 * summary['drift']:.1f} %)")
+    if summary.get("memory_ratio_median") is not None:
+        line += (f"; the host's memory at a median {summary['memory_ratio_median']:.2f}x "
+                 f"its fastest")
+    return line
 
 
 def drift_warning(summary: dict[str, Any] | None, what: str, *,
@@ -327,6 +339,9 @@ class SpeedReference:
                  "spread": float(m.spread) if getattr(m, "spread", None) is not None
                  else None,
                  "fingerprint_id": getattr(device, "fingerprint_id", None)}
+        memory = (getattr(m, "extra", None) or {}).get("memory_ratio")
+        if memory is not None:  # how slow the host's memory ran (another tenant's traffic)
+            point["memory_ratio"] = float(memory)
         if self.tag is not None:
             point["set"] = self.tag
         from nnmeter.predictors.dataset import append_jsonl

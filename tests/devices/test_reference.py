@@ -290,3 +290,23 @@ def test_disturbed_windows_span_the_neighbouring_probes_of_each_slow_one_per_bui
     # a slow first probe: its span starts at itself
     assert disturbed_windows(_probes(("a", "start", 0.7), ("b", "profile", 0.5)))[0][:2] == \
         ("a", "b")
+
+
+def test_a_probe_keeps_the_memory_probe_of_its_measurement(tmp_path):
+    class MemoryProf(_Prof):
+        def measure(self, graph, on_error="record", **kw):
+            m = super().measure(graph, on_error, **kw)
+            m.extra["memory_ratio"] = self.ratios.pop(0)
+            return m
+
+    prof = MemoryProf([0.5, 0.5, 0.5])
+    prof.ratios = [1.0, 1.4, 1.6]
+    ref = SpeedReference(tmp_path)
+    for _ in range(3):
+        ref.probe(prof, "start", force=True)
+    rows = read_reference(tmp_path)
+    assert [r["memory_ratio"] for r in rows] == [1.0, 1.4, 1.6]
+    s = summarize(rows)
+    assert s["memory_ratio_median"] == 1.4 and s["drift"] == 0.0
+    # records made before the memory probe existed summarise as before
+    assert "memory_ratio_median" not in summarize([{"latency_ms": 0.5}])
