@@ -40,8 +40,8 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
