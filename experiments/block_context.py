@@ -6,8 +6,10 @@ name that holds over a quarter of the nodes, such as ``features``, is cut one le
 deeper). Each block is measured as a model of its own (its inputs become model
 inputs), the whole model too, on ``--backend``; the predictor
 (``--dataset``, default this machine's) predicts each block and the whole. Per block it
-prints the time alone, the sum of its kernels' single-kernel estimates (before any
-in-model term) and the prediction. The last lines compare the whole model with the sum
+prints the time alone, the sum of its kernels' ``base_ms`` (the regressors' estimates,
+trained on rows whose edge conversions, overhead and chain excess were taken off, and
+before the in-model term: a block alone pays edges that this sum leaves out) and the
+prediction. The last lines compare the whole model with the sum
 of its blocks alone, measured and predicted: a whole model slower than its blocks is an
 effect across blocks (the model's working set, the runtime's memory plan), which a
 per-kernel in-model term cannot see.
