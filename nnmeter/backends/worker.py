@@ -123,17 +123,17 @@ _PROBE: list[Any] = []
 def _memory_probe(device: Any) -> Any:
     """This worker's memory probe (:class:`nnmeter.backends.protocol.MemoryProbe`),
     made once: its buffer is twice the device's largest cache, and the fastest sample
-    is kept per device under ``$XDG_CACHE_HOME/nnmeter/memory_probe/``."""
+    is kept per device under ``memory_probe/`` of nnmeter's cache root
+    (:func:`nnmeter._cache.cache_root`)."""
     if not _PROBE:
+        from nnmeter._cache import cache_root
         from nnmeter.backends.protocol import MemoryProbe, probe_bytes
 
         caches = getattr(device, "caches", None) or {}
         name = str(getattr(device, "name", None) or "unknown").replace("/", "_")
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                                ".cache")
         nbytes = probe_bytes(caches)
-        _PROBE.append(MemoryProbe(nbytes, baseline=os.path.join(
-            base, "nnmeter", "memory_probe", f"{name}-{nbytes >> 20}MiB.json")))
+        _PROBE.append(MemoryProbe(nbytes, baseline=cache_root() / "memory_probe"
+                                  / f"{name}-{nbytes >> 20}MiB.json"))
     return _PROBE[0]
 
 

@@ -59,11 +59,9 @@ CACHE_VERSION = 30
 
 def cache_dir() -> Path:
     """Root of the predictor cache (see the module docstring)."""
-    env = os.environ.get("NNMETER_CACHE")
-    if env:
-        return Path(env) / "predictors"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nnmeter" / "predictors"
+    from nnmeter._cache import cache_root
+
+    return cache_root() / "predictors"
 
 
 def _cache_key(rules_file: Path | None, data_files: list[Path], settings: PredictorSettings) -> str:
